@@ -1,0 +1,16 @@
+"""nsight_core: check and profile GPU kernel candidates with Nsight Compute; trust the numbers.
+
+Importing this package is cheap: no torch, triton, cupy or ncu_report is imported here.
+"""
+
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.request import ProfileRequest
+from nsight_core.results import ProfileResult, Row
+
+__all__ = [
+    "ErrorClass",
+    "NsightCoreError",
+    "ProfileRequest",
+    "ProfileResult",
+    "Row",
+]

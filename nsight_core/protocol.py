@@ -1,0 +1,172 @@
+"""Messages between the parent (server, `@kernel` caller) and the worker; both sides import this.
+
+Contract:
+
+- The parent writes one ``job.json`` (a `WorkerJob`) into a fresh job directory and starts
+  ``python -m nsight_core.worker JOB_DIR`` (under ``ncu`` for the ncu backend).
+- The worker appends `WorkerEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
+  never to stdout: stdout belongs to the candidate (and, in the server, to MCP).
+- Every profiled call runs inside an NVTX start/end range in domain `NVTX_DOMAIN` whose
+  message is `RunKey.range_name()`. ncu keeps exactly those kernels, and extract.py
+  attributes each kernel by parsing the range name back: identity, never position.
+- The parent trusts no statistic from the child: for ncu it reads values from the report;
+  for events it takes raw per-run samples and refuses duplicates or missing runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nsight_core.errors import ErrorClass
+from nsight_core.request import ProfileRequest
+
+NVTX_DOMAIN = "nspy"
+"""Our own NVTX domain; ncu is run with ``--nvtx-include regex:^nspy@``."""
+
+NCU_NVTX_INCLUDE = f"regex:^{NVTX_DOMAIN}@"
+
+EVENTS_METRIC = "events__time_duration"
+"""Metric name of the events backend: CUDA-event (GPU) or host-clock (CPU) time per call, ns."""
+
+JOB_FILE = "job.json"
+EVENTS_FILE = "events.jsonl"
+REPORT_FILE = "report.ncu-rep"
+NCU_LOG_FILE = "ncu.log"
+STDOUT_FILE = "stdout.txt"
+STDERR_FILE = "stderr.txt"
+
+_RANGE_RE = re.compile(r"^c(?P<config>\d+):r(?P<run>\d+):(?P<annotation>.+)$", re.DOTALL)
+
+
+@dataclass(frozen=True, order=True)
+class RunKey:
+    """Identity of one profiled call: which annotation, which config, which run."""
+
+    annotation: str
+    config_id: int
+    run: int
+
+    def range_name(self) -> str:
+        # The annotation comes last so it may itself contain ':'.
+        return f"c{self.config_id}:r{self.run}:{self.annotation}"
+
+    @classmethod
+    def from_range_name(cls, name: str) -> RunKey | None:
+        m = _RANGE_RE.match(name)
+        if m is None:
+            return None
+        return cls(m["annotation"], int(m["config"]), int(m["run"]))
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionJob(_Msg):
+    """The `@kernel` mode: call a cloudpickled function once per (config, run)."""
+
+    pickle_file: str = Field(description="File (in the job dir) holding the cloudpickled function.")
+    configs: list[dict[str, Any]] = Field(
+        description="Bound arguments per config (args and kwargs)."
+    )
+    runs: int = Field(ge=1)
+    warmup: int = Field(ge=0)
+    ignore_failures: bool = False
+
+
+class WorkerJob(_Msg):
+    """What ``python -m nsight_core.worker JOB_DIR`` reads from ``JOB_DIR/job.json``."""
+
+    mode: Literal["request", "function"]
+    backend: Literal["ncu", "cupti", "events"]
+    request: ProfileRequest | None = None
+    function: FunctionJob | None = None
+    workdir: str = Field(description="Directory to chdir into and resolve relative paths against.")
+    source_file: str | None = Field(
+        None, description="Where the inline source was written, if any."
+    )
+    seed: int = 0
+
+    def write(self, job_dir: Path) -> Path:
+        path = job_dir / JOB_FILE
+        path.write_text(self.model_dump_json(indent=1))
+        return path
+
+
+Phase = Literal["import", "check", "warmup", "profile"]
+
+
+class PhaseEvent(_Msg):
+    type: Literal["phase"] = "phase"
+    phase: Phase
+    state: Literal["start", "end"]
+    t: float = Field(description="time.monotonic() in the worker")
+
+
+class ProgressEvent(_Msg):
+    type: Literal["progress"] = "progress"
+    phase: Phase
+    annotation: str | None = None
+    config_id: int | None = None
+    run: int | None = None
+    done: int
+    total: int
+
+
+class CheckEvent(_Msg):
+    """Correctness of one candidate on one config (all seeds)."""
+
+    type: Literal["check"] = "check"
+    annotation: str
+    config_id: int
+    passed: bool
+    seeds: int
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatch_count: int | None = None
+    first_bad_index: list[int] | None = None
+    reasons: list[str] = Field(default_factory=list)
+    error_class: ErrorClass | None = None
+    message: str | None = None
+
+
+class FailureEvent(_Msg):
+    """A callable failed; run or config may be None when the failure covers all of them."""
+
+    type: Literal["failure"] = "failure"
+    annotation: str
+    config_id: int | None = None
+    run: int | None = None
+    phase: Phase
+    error_class: ErrorClass
+    message: str
+    traceback: str = ""
+    file: str | None = None
+    line: int | None = None
+
+
+class SampleEvent(_Msg):
+    """One raw timing sample (events/cupti backends); ncu values come from the report instead."""
+
+    type: Literal["sample"] = "sample"
+    annotation: str
+    config_id: int
+    run: int
+    metric: str
+    value: float
+    unit: str
+    kernel: str | None = None
+
+
+class DoneEvent(_Msg):
+    type: Literal["done"] = "done"
+    phase_seconds: dict[str, float]
+    device: str | None = Field(None, description="'cuda:0 (NVIDIA H200)' or 'cpu'")
+
+
+WorkerEvent = PhaseEvent | ProgressEvent | CheckEvent | FailureEvent | SampleEvent | DoneEvent

@@ -1,0 +1,237 @@
+"""ProfileRequest: what an agent asks `profile_candidates` to do, validated before anything runs.
+
+Every model forbids unknown fields, so a typo (`run` for `runs`) is named in the error instead
+of being silently dropped. Field descriptions are the documentation an agent reads in the
+tool's JSON Schema; keep them short and concrete.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Backend = Literal["ncu", "cupti", "events"]
+Reducer = Literal["none", "sum", "max", "min", "mean", "first", "last"]
+
+DEFAULT_METRIC = "gpu__time_duration.sum"
+"""Nsight Python's default metric: GPU time of one kernel, ns."""
+
+
+def parse_callable_spec(spec: str) -> tuple[str | None, str | None, str]:
+    """Split a callable spec into (file, module, attribute path); raises ValueError if malformed."""
+    spec = spec.strip()
+    if ":" in spec:
+        where, _, name = spec.rpartition(":")
+        if not name or not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", name):
+            raise ValueError(
+                f"{spec!r}: the part after ':' must be a Python name, e.g. 'ref.py:softmax'"
+            )
+        if where.endswith(".py"):
+            return where, None, name
+        if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", where):
+            return None, where, name
+        raise ValueError(
+            f"{spec!r}: before ':' give a file ending in .py or a dotted module name "
+            "(e.g. 'kernels/v2.py:softmax' or 'mypkg.kernels:softmax')"
+        )
+    if re.fullmatch(r"[A-Za-z_]\w*", spec):
+        return None, None, spec
+    raise ValueError(
+        f"{spec!r} is not a callable spec: use 'file.py:name', 'package.module:name', "
+        "or a bare 'name' defined in `source`"
+    )
+
+
+CallableSpec = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=1024,
+        description=(
+            "A callable: 'path/to/file.py:name' (relative to `workdir`), "
+            "'package.module:name', or a bare 'name' defined in the inline `source`."
+        ),
+    ),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CheckSpec(_Strict):
+    """How candidates are checked against the reference before any timing."""
+
+    enabled: bool = Field(
+        True,
+        description="Check correctness before timing. Turning it off marks every row suspicious.",
+    )
+    seeds: int = Field(3, ge=1, le=20, description="Fresh seeded inputs per config for the check.")
+    atol: float | None = Field(
+        None, ge=0, description="Absolute tolerance; default by dtype (see docs/correctness.md)."
+    )
+    rtol: float | None = Field(
+        None, ge=0, description="Relative tolerance; default by dtype (see docs/correctness.md)."
+    )
+    check_mutation: bool = Field(True, description="Fail a candidate that writes to its inputs.")
+    check_aliasing: bool = Field(
+        True,
+        description="Fail a candidate whose output is (a view of) an input or the reference's output.",
+    )
+    check_determinism: bool = Field(
+        True, description="Call each candidate twice on the same inputs; fail if results differ."
+    )
+
+
+class KernelsSpec(_Strict):
+    """How several kernels inside one annotated call are handled."""
+
+    combine: Reducer | dict[str, Reducer] = Field(
+        "none",
+        description=(
+            "How to fold several kernels of one call into one value: one reducer for every metric, "
+            "or a map metric -> reducer. 'none' makes more than one kernel an error."
+        ),
+    )
+    ignore: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Glob patterns of kernel names (function name base) to drop before counting.",
+    )
+    replay_mode: Literal["kernel", "range"] = Field(
+        "kernel",
+        description="ncu replay mode. 'range' profiles each annotated call as one range (Kernel='range').",
+    )
+
+    def reducer_for(self, metric: str) -> Reducer:
+        if isinstance(self.combine, str):
+            return self.combine
+        return self.combine.get(metric, "none")
+
+
+ConfigValue = int | float | str | bool | None | list[Any] | dict[str, Any]
+
+
+def _one_empty_config() -> list[dict[str, ConfigValue]]:
+    return [{}]
+
+
+class ProfileRequest(_Strict):
+    """A request to check and profile candidates against a reference."""
+
+    reference: CallableSpec = Field(
+        description="The trusted implementation; checked against and profiled as the baseline."
+    )
+    candidates: list[CallableSpec] = Field(
+        min_length=1, max_length=32, description="Implementations to check and profile."
+    )
+    inputs: CallableSpec = Field(
+        description=(
+            "make_inputs(**config) -> tuple (positional args) or dict (keyword args). "
+            "Called fresh for every seed and run, outside timed regions; RNGs are seeded by us."
+        )
+    )
+    configs: list[dict[str, ConfigValue]] = Field(
+        default_factory=_one_empty_config,
+        min_length=1,
+        max_length=256,
+        description="Keyword arguments for `inputs`, one dict per config, e.g. [{'rows': 4096}].",
+    )
+    metrics: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=lambda: [DEFAULT_METRIC],
+        min_length=1,
+        max_length=64,
+        description="ncu metric names, validated before anything runs (see validate_metrics).",
+    )
+    runs: int = Field(
+        5, ge=1, le=1000, description="Profiled runs per candidate and config (>= 3 for a CI)."
+    )
+    warmup: int = Field(
+        1, ge=0, le=100, description="Unprofiled calls per candidate and config before runs."
+    )
+    backend: Backend = Field(
+        "ncu",
+        description="'ncu' (any metric), 'cupti' (kernel durations), 'events' (event/host time).",
+    )
+    check: CheckSpec = Field(default=CheckSpec())
+    kernels: KernelsSpec = Field(default=KernelsSpec())
+    cache_control: Literal["all", "none"] = Field(
+        "all", description="ncu --cache-control: 'all' flushes caches before each profiled kernel."
+    )
+    clock_control: Literal["none", "base"] = Field(
+        "none", description="ncu --clock-control: 'none' leaves a shared GPU's clocks alone."
+    )
+    source: str | None = Field(
+        None,
+        max_length=1_000_000,
+        description="Inline Python source that bare callable names refer to.",
+    )
+    workdir: str | None = Field(
+        None,
+        description="Directory that relative file paths and imports resolve against (default: cwd).",
+    )
+    time_limit_s: float = Field(
+        600.0,
+        gt=0,
+        le=7200,
+        description="Wall-clock limit for the whole job; the job is killed after it.",
+    )
+    wait_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="How long the call waits before answering status 'running'.",
+    )
+
+    @field_validator("reference", "inputs")
+    @classmethod
+    def _spec_ok(cls, v: str) -> str:
+        parse_callable_spec(v)
+        return v
+
+    @field_validator("candidates")
+    @classmethod
+    def _candidates_ok(cls, v: list[str]) -> list[str]:
+        for spec in v:
+            parse_callable_spec(spec)
+        if len(set(v)) != len(v):
+            raise ValueError("candidates must be distinct; remove the duplicates")
+        return v
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_ok(cls, v: list[str]) -> list[str]:
+        stripped = [m.strip() for m in v]
+        if len(set(stripped)) != len(stripped):
+            raise ValueError("metrics must be distinct; remove the duplicates")
+        for m in stripped:
+            if not re.fullmatch(r"[A-Za-z0-9_.]+", m):
+                raise ValueError(f"metric {m!r} has characters ncu metric names never have")
+        return stripped
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProfileRequest:
+        names = [self.reference, self.inputs, *self.candidates]
+        bare = [n for n in names if parse_callable_spec(n)[:2] == (None, None)]
+        if bare and self.source is None:
+            raise ValueError(
+                f"bare callable names {bare} need inline `source`; "
+                "or name them as 'file.py:name' / 'module:name'"
+            )
+        if self.reference in self.candidates:
+            raise ValueError("the reference is profiled anyway; do not list it among candidates")
+        if self.backend != "ncu" and self.metrics != [DEFAULT_METRIC]:
+            raise ValueError(
+                f"backend {self.backend!r} measures time only; leave `metrics` at "
+                f"[{DEFAULT_METRIC!r}] or use backend 'ncu'"
+            )
+        if self.backend != "ncu" and self.kernels.replay_mode != "kernel":
+            raise ValueError("replay_mode 'range' needs backend 'ncu'")
+        return self
+
+    @property
+    def annotations(self) -> list[str]:
+        """Annotation names in profile order: the reference first, then candidates."""
+        return [self.reference, *self.candidates]

@@ -1,0 +1,164 @@
+"""Result models: what a profile job produces and what `read_results` returns.
+
+Field descriptions here become the JSON Schema an agent reads, so each field is documented
+once, here. JSON has no NaN: a missing number is ``null`` and the row's `Trust`, `Reasons`,
+`ErrorClass` and `Error` say why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nsight_core.errors import ErrorClass as ErrorClassT
+
+TrustLevel = Literal["ok", "noisy", "suspicious", "failed"]
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Row(_Model):
+    """One (annotation, config, metric): statistics over runs, with a trust verdict."""
+
+    Annotation: str = Field(description="The callable (reference or candidate) this row measures.")
+    ConfigId: int = Field(description="Index of the config in the request's `configs`.")
+    Params: dict[str, Any] = Field(description="The config: keyword arguments given to `inputs`.")
+    Metric: str = Field(description="Metric name (ncu name, or a derived/normalized name).")
+    Unit: str | None = Field(description="Unit as the report states it; 'ratio' when normalized.")
+    AvgValue: float | None = Field(description="Mean over valid runs; null if none is valid.")
+    MedianValue: float | None = Field(description="Median over valid runs.")
+    StdDev: float | None = Field(
+        description="Sample standard deviation (ddof=1); null for < 2 runs."
+    )
+    MinValue: float | None = Field(description="Smallest valid run value.")
+    MaxValue: float | None = Field(description="Largest valid run value.")
+    NumRuns: int = Field(description="Number of valid runs that entered the statistics.")
+    RequestedRuns: int = Field(
+        description="Runs asked for; NumRuns < RequestedRuns means failures."
+    )
+    RelativeStdDevPct: float | None = Field(description="100 * StdDev / |AvgValue|.")
+    CI95_Lower: float | None = Field(description="Lower end of the t-based 95 % CI of the mean.")
+    CI95_Upper: float | None = Field(description="Upper end of the t-based 95 % CI of the mean.")
+    StableMeasurement: bool | None = Field(
+        description="RelativeStdDevPct below the stability threshold (2 %); null when undefined."
+    )
+    Kernel: str | None = Field(
+        description="Kernel function name; names joined by '|' when combined; 'range' in range replay."
+    )
+    Kernels: list[str] = Field(default_factory=list, description="Distinct kernel names seen.")
+    IgnoredKernels: list[str] = Field(
+        default_factory=list, description="Kernel names dropped by the ignore globs."
+    )
+    GPU: str | None = Field(None, description="Device name as the profiler reports it.")
+    Backend: str = Field(description="'ncu', 'cupti' or 'events': where the numbers come from.")
+    CacheControl: str | None = Field(None, description="ncu --cache-control in force.")
+    ClockControl: str | None = Field(None, description="ncu --clock-control in force.")
+    ReplayMode: str | None = Field(None, description="ncu --replay-mode in force.")
+    Normalized: str | None = Field(
+        None, description="Baseline annotation when values are per-run ratios to it; else null."
+    )
+    Trust: TrustLevel = Field(
+        description="ok | noisy (spread above threshold) | suspicious (see Reasons) | failed."
+    )
+    Reasons: list[str] = Field(default_factory=list, description="Why Trust is not 'ok'.")
+    ErrorClass: ErrorClassT | None = Field(None, description="Failure class when runs failed.")
+    Error: str | None = Field(None, description="Failure message when runs failed.")
+    RawValues: list[float | None] = Field(
+        default_factory=list, description="Per-run values by run index; null marks a failed run."
+    )
+
+
+class Comparison(_Model):
+    """A candidate against the reference on one config and metric, from paired runs."""
+
+    Annotation: str = Field(description="The candidate.")
+    Baseline: str = Field(description="The reference it is compared with.")
+    ConfigId: int
+    Params: dict[str, Any]
+    Metric: str
+    Ratio: float | None = Field(description="Mean of per-run candidate/reference ratios.")
+    Speedup: float | None = Field(
+        description="reference/candidate for lower-is-better metrics (times); null otherwise."
+    )
+    Speedup_CI95_Lower: float | None = Field(description="t-based 95 % CI from per-run pairs.")
+    Speedup_CI95_Upper: float | None = None
+    Resolvable: bool | None = Field(
+        description="True when the CI excludes 1.0: the difference is larger than the noise."
+    )
+    NumPairs: int = Field(description="Runs where both candidate and reference are valid.")
+    Reasons: list[str] = Field(default_factory=list)
+
+
+class Correctness(_Model):
+    """The correctness verdict of one candidate on one config, over all seeds."""
+
+    Annotation: str
+    ConfigId: int
+    Params: dict[str, Any]
+    Passed: bool
+    Seeds: int
+    MaxAbsError: float | None = None
+    MaxRelError: float | None = None
+    MismatchCount: int | None = None
+    FirstBadIndex: list[int] | None = None
+    Reasons: list[str] = Field(default_factory=list)
+    ErrorClass: ErrorClassT | None = None
+    Error: str | None = None
+
+
+class Failure(_Model):
+    """A failure of a callable, a run, or the whole job."""
+
+    Annotation: str | None = None
+    ConfigId: int | None = None
+    Run: int | None = None
+    Phase: str | None = None
+    ErrorClass: ErrorClassT
+    Error: str
+    Hint: str = ""
+    Traceback: str = ""
+    File: str | None = None
+    Line: int | None = None
+
+
+class Provenance(_Model):
+    """Where and how the numbers were made."""
+
+    backend: str
+    gpu: str | None = None
+    gpu_uuid: str | None = None
+    driver: str | None = None
+    ncu_version: str | None = None
+    ncu_report_version: str | None = None
+    nspy_version: str
+    python: str | None = None
+    host: str | None = None
+    cache_control: str | None = None
+    clock_control: str | None = None
+    replay_mode: str | None = None
+    command: list[str] = Field(default_factory=list, description="The profiler command line.")
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    wall_seconds: float | None = None
+
+
+class ProfileResult(_Model):
+    """Everything a profile job produced."""
+
+    result_id: str
+    status: JobStatus
+    message: str = Field("", description="What happened and what to do next, for the agent.")
+    created_at: str
+    finished_at: str | None = None
+    rows: list[Row] = Field(default_factory=list)
+    comparisons: list[Comparison] = Field(default_factory=list)
+    correctness: list[Correctness] = Field(default_factory=list)
+    failures: list[Failure] = Field(default_factory=list)
+    error: Failure | None = Field(None, description="Set when the whole job failed.")
+    provenance: Provenance | None = None
+    artifacts: dict[str, str] = Field(
+        default_factory=dict, description="Paths of the job's files: report, logs, events."
+    )

@@ -1,0 +1,107 @@
+"""The `nspy-mcp` command: parse arguments, then hand over to the module that does the work.
+
+stdout is the MCP protocol under `serve`; the other subcommands are for people and write
+their answers to stdout through `sys.stdout.write`, diagnostics to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from nspy_mcp import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nspy-mcp",
+        description="MCP tool server for checking and profiling GPU kernel candidates with Nsight Compute.",
+    )
+    p.add_argument("--version", action="version", version=f"nspy-mcp {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the MCP server (default; stdio)")
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument(
+        "--store", default=None, help="result store directory (default: user data dir)"
+    )
+
+    demo = sub.add_parser(
+        "demo", help="run the whole check-profile-read loop through an MCP client"
+    )
+    demo.add_argument("--store", default=None, help="result store directory (default: a temp dir)")
+    demo.add_argument(
+        "--backend",
+        choices=["auto", "ncu", "events"],
+        default="auto",
+        help="default: ncu if usable",
+    )
+
+    report = sub.add_parser("report", help="rows from an existing .ncu-rep file (CPU only)")
+    report.add_argument("file", help="path of a .ncu-rep report")
+    fmt = report.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="JSON rows")
+    fmt.add_argument("--csv", action="store_true", help="CSV rows")
+
+    env = sub.add_parser("env", help="print what profiling can do on this machine")
+    env.add_argument("--deep", action="store_true", help="also run a real one-kernel ncu test")
+    env.add_argument("--refresh", action="store_true", help="ignore the cached probe")
+    env.add_argument("--json", action="store_true", help="JSON output")
+
+    metrics = sub.add_parser(
+        "metrics", help="validate ncu metric names (offline catalogs or live ncu)"
+    )
+    metrics.add_argument("names", nargs="+", help="metric names")
+    metrics.add_argument("--chip", default=None, help="chip, e.g. gh100 (default: from the GPU)")
+    metrics.add_argument("--json", action="store_true", help="JSON output")
+
+    plot = sub.add_parser("plot", help="PNG of speedup per candidate and config, with CI bars")
+    plot.add_argument("result_id")
+    plot.add_argument("-o", "--output", default=None, help="PNG path (default RESULT_ID.png)")
+    plot.add_argument("--store", default=None, help="result store directory")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    command = args.command or "serve"
+    if command == "serve":
+        from nspy_mcp.server import serve
+
+        return serve(
+            http=getattr(args, "http", False),
+            host=getattr(args, "host", "127.0.0.1"),
+            port=getattr(args, "port", 8765),
+            store=getattr(args, "store", None),
+        )
+    if command == "demo":
+        from nspy_mcp.demo import run_demo
+
+        return run_demo(store=args.store, backend=args.backend)
+    if command == "report":
+        from nspy_mcp.report_cmd import run_report
+
+        return run_report(args.file, fmt="json" if args.json else "csv" if args.csv else "table")
+    if command == "env":
+        from nspy_mcp.env_cmd import run_env
+
+        return run_env(deep=args.deep, refresh=args.refresh, as_json=args.json)
+    if command == "metrics":
+        from nspy_mcp.env_cmd import run_metrics
+
+        return run_metrics(args.names, chip=args.chip, as_json=args.json)
+    if command == "plot":
+        from nspy_mcp.plot import run_plot
+
+        return run_plot(args.result_id, output=args.output, store=args.store)
+    raise AssertionError(command)  # argparse rejects unknown commands

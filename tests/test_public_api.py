@@ -1,0 +1,35 @@
+"""The public surface of both packages is explicit, sorted and importable."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from nsight_core.errors import ErrorClass
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("package", ["nsight_core", "nspy_mcp"])
+def test_all_is_sorted_and_every_name_resolves(package: str) -> None:
+    mod = importlib.import_module(package)
+    names = list(mod.__all__)
+    assert names == sorted(names)
+    for name in names:
+        assert getattr(mod, name) is not None
+
+
+def test_error_classes_are_exactly_the_fourteen_of_the_design() -> None:
+    assert {e.value for e in ErrorClass} == {
+        "invalid_request", "invalid_metric", "import_error", "compile_error", "runtime_error",
+        "incorrect", "timeout", "crashed", "kernel_count_mismatch", "no_kernels",
+        "profiler_error", "permission_denied", "no_gpu", "cancelled",
+    }  # fmt: skip
+
+
+def test_every_error_class_is_documented() -> None:
+    text = (ROOT / "docs" / "errors.md").read_text()
+    missing = [e.value for e in ErrorClass if f"`{e.value}`" not in text]
+    assert missing == []
