@@ -150,6 +150,16 @@ class FailureEvent(_Msg):
     line: int | None = None
 
 
+class RangeEvent(_Msg):
+    """An annotated call ran (whether or not it launched kernels): the parent expects its key."""
+
+    type: Literal["range"] = "range"
+    annotation: str
+    config_id: int
+    run: int
+    ok: bool = Field(description="False when the call raised (a FailureEvent says why).")
+
+
 class SampleEvent(_Msg):
     """One raw timing sample (events/cupti backends); ncu values come from the report instead."""
 
@@ -169,4 +179,6 @@ class DoneEvent(_Msg):
     device: str | None = Field(None, description="'cuda:0 (NVIDIA H200)' or 'cpu'")
 
 
-WorkerEvent = PhaseEvent | ProgressEvent | CheckEvent | FailureEvent | SampleEvent | DoneEvent
+WorkerEvent = (
+    PhaseEvent | ProgressEvent | CheckEvent | FailureEvent | RangeEvent | SampleEvent | DoneEvent
+)
