@@ -26,9 +26,12 @@ from nsight_core.errors import ErrorClass
 from nsight_core.request import ProfileRequest
 
 NVTX_DOMAIN = "nspy"
-"""Our own NVTX domain; ncu is run with ``--nvtx-include regex:^nspy@``."""
+"""Our own NVTX domain; ncu is run with ``--nvtx --nvtx-include regex:nspy@.+``."""
 
-NCU_NVTX_INCLUDE = f"regex:^{NVTX_DOMAIN}@"
+NCU_NVTX_INCLUDE = f"regex:{NVTX_DOMAIN}@.+"
+"""ncu's filter grammar is ``domain@range`` (start/end ranges carry no trailing '/'); with
+``regex:`` each side is a regex. This is the form Nsight Python ships (``regex:nsight-python@.+``)
+and that was checked on the H200 with ncu 2025.3.1; an empty range part is not."""
 
 EVENTS_METRIC = "events__time_duration"
 """Metric name of the events backend: CUDA-event (GPU) or host-clock (CPU) time per call, ns."""

@@ -1,0 +1,240 @@
+"""The ncu collector's pure parts: find ncu, build its command line, classify its failures.
+
+Contract:
+
+- This module never starts the profiled job; sandbox.py does that with the argv built here.
+  The one exception is `ncu_version`, a bounded ``ncu --version`` query made by the probe.
+- Every job runs as ``ncu <flags> python -m nsight_core.worker JOB_DIR`` (launch mode), so
+  ncu 2025.x works and the caller's CUDA state never matters (reference §G.3).
+- ncu keeps only kernels inside our NVTX start/end ranges (`protocol.NCU_NVTX_INCLUDE`);
+  extract.py attributes them by parsing the range name back.
+- `classify_ncu_failure` is the one place that turns ncu's log text into an `ErrorClass`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.protocol import NCU_NVTX_INCLUDE
+
+NCU_ENV = "NSPY_NCU"
+"""Environment variable naming the ncu executable to use (a path or a name on PATH)."""
+
+CACHE_CONTROLS = ("all", "none")
+CLOCK_CONTROLS = ("none", "base")
+REPLAY_MODES = ("kernel", "range", "application", "app-range")
+
+VERSION_TIMEOUT_S = 30.0
+"""``ncu --version`` answers in well under a second; a slow network home dir can stall it."""
+
+PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+
+_VERSION_RE = re.compile(r"Version\s+(\d+(?:\.\d+){1,3})")
+_BAD_METRIC_RE = re.compile(r"Failed to find metrics?\s+(?P<names>.+?)\s*$", re.IGNORECASE)
+_ERROR_LINE_RE = re.compile(r"^==ERROR==\s*(.*)$")
+# ncu echoes the target's failing exit code; that is the worker's business, not ncu's.
+_APP_EXIT_RE = re.compile(r"application returned an error code", re.IGNORECASE)
+_NO_KERNELS_RE = re.compile(r"No kernels were profiled", re.IGNORECASE)
+_MAX_LOG_LINES = 12
+
+
+def find_ncu() -> str | None:
+    """The ncu to use: ``$NSPY_NCU`` if set (and executable), else the first ``ncu`` on PATH.
+
+    A set but unusable ``$NSPY_NCU`` gives None rather than a silent fallback to PATH, so a
+    typo in it is reported instead of profiling with a different ncu.
+    """
+    wanted = os.environ.get(NCU_ENV, "").strip()
+    if wanted:
+        if os.sep in wanted:
+            path = Path(wanted).expanduser()
+            return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+        return shutil.which(wanted)
+    return shutil.which("ncu")
+
+
+def parse_ncu_version(text: str) -> str | None:
+    """The dotted version from ``ncu --version`` output ('Version 2025.3.1.0 (build ...)')."""
+    m = _VERSION_RE.search(text)
+    return m.group(1) if m else None
+
+
+def ncu_version(ncu: str) -> str | None:
+    """Run ``ncu --version`` (bounded) and parse it; None if it fails or cannot be parsed."""
+    try:
+        proc = subprocess.run(
+            [ncu, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return parse_ncu_version(proc.stdout + "\n" + proc.stderr)
+
+
+def _choice(name: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise NsightCoreError(
+            ErrorClass.INVALID_REQUEST,
+            f"{name} {value!r} is not one of {list(allowed)}",
+            f"pass one of {', '.join(allowed)}",
+        )
+    return value
+
+
+def build_ncu_command(
+    ncu: str,
+    *,
+    metrics: Sequence[str],
+    cache_control: str,
+    clock_control: str,
+    replay_mode: str,
+    report_path: str | Path,
+    log_path: str | Path,
+    target_argv: Sequence[str],
+) -> list[str]:
+    """The argv that profiles ``target_argv`` under ncu, keeping only our NVTX ranges.
+
+    ``--target-processes all`` lets ncu follow a launcher into its child; ``-f`` overwrites a
+    report left by an earlier attempt in the same job directory. ncu's own messages go to
+    ``log_path``, never to our stdout.
+    """
+    names = [m.strip() for m in metrics]
+    if not names or any(not m or "," in m for m in names):
+        raise NsightCoreError(
+            ErrorClass.INVALID_REQUEST,
+            f"metrics must be non-empty names without commas, got {list(metrics)!r}",
+            "pass metric names such as ['gpu__time_duration.sum']",
+        )
+    if not target_argv:
+        raise NsightCoreError(ErrorClass.INVALID_REQUEST, "no target command to profile")
+    return [
+        ncu,
+        "--nvtx",
+        "--nvtx-include",
+        NCU_NVTX_INCLUDE,
+        "--metrics",
+        ",".join(names),
+        "--cache-control",
+        _choice("cache_control", cache_control, CACHE_CONTROLS),
+        "--clock-control",
+        _choice("clock_control", clock_control, CLOCK_CONTROLS),
+        "--replay-mode",
+        _choice("replay_mode", replay_mode, REPLAY_MODES),
+        "--target-processes",
+        "all",
+        "--log-file",
+        str(log_path),
+        "-f",
+        "-o",
+        str(report_path),
+        *target_argv,
+    ]
+
+
+def _unescape_metric(token: str) -> str:
+    """'regex:^foo\\.sum(\\.(sum|avg))?$' -> 'foo.sum'; a plain name is returned as is."""
+    token = token.strip().strip("'\"").rstrip(".")
+    if token.startswith("regex:"):
+        token = token[len("regex:") :].lstrip("^")
+        token = token.split("(", 1)[0].rstrip("$")
+        token = token.replace("\\.", ".").replace("\\", "")
+    return token.rstrip(".")
+
+
+def parse_bad_metrics(log_text: str, requested: Sequence[str] = ()) -> list[str]:
+    """Metric names ncu could not find, as the caller spelled them where they can be matched.
+
+    ncu writes one ``==ERROR== Failed to find metric <name>`` line per bad name; for a name
+    without a rollup suffix it prints the regex it tried (``regex:^name\\.(sum|avg|...)$``).
+    """
+    seen: list[str] = []
+    for line in log_text.splitlines():
+        m = _BAD_METRIC_RE.search(line)
+        if m is None:
+            continue
+        for token in re.split(r"[,\s]+", m["names"]):
+            name = _unescape_metric(token)
+            if not name:
+                continue
+            matches = [r for r in requested if r == name or r.split(".")[0] == name]
+            for found in matches or [name]:
+                if found not in seen:
+                    seen.append(found)
+    return seen
+
+
+def _error_lines(log_text: str) -> list[str]:
+    lines = []
+    for line in log_text.splitlines():
+        m = _ERROR_LINE_RE.match(line.strip())
+        if m and m.group(1):
+            lines.append(m.group(1))
+    return lines
+
+
+def _tail(lines: Sequence[str]) -> str:
+    kept = list(lines)[-_MAX_LOG_LINES:]
+    return "; ".join(kept)
+
+
+def classify_ncu_failure(
+    exit_code: int | None,
+    log_text: str,
+    report_exists: bool,
+    *,
+    metrics: Sequence[str] = (),
+) -> NsightCoreError | None:
+    """Map ncu's exit code and log to an error, or None when ncu itself did its job.
+
+    Order matters: a bad metric or missing permission also leaves no report, and the
+    specific cause is what the agent can act on. A non-zero exit with a report and no ncu
+    error is the target's own failure, which sandbox.py reports from the worker's exit code.
+    """
+    bad = parse_bad_metrics(log_text, metrics)
+    if bad:
+        return NsightCoreError(
+            ErrorClass.INVALID_METRIC,
+            f"ncu does not know metric(s) {', '.join(bad)}",
+            "call validate_metrics for suggestions; names without a rollup suffix "
+            "need one (.sum, .avg, .max, .min)",
+        )
+    if "ERR_NVGPUCTRPERM" in log_text:
+        return NsightCoreError(
+            ErrorClass.PERMISSION_DENIED,
+            "ncu may not read GPU performance counters for this user (ERR_NVGPUCTRPERM)",
+            f"ask the host's administrator to allow counter access (NVIDIA explains the "
+            f"options at {PERMISSION_URL}); meanwhile use backend 'events' or 'cupti', "
+            "which need no counters. Do not change driver settings from a profiling job.",
+        )
+    errors = [e for e in _error_lines(log_text) if not _APP_EXIT_RE.search(e)]
+    if not report_exists:
+        if _NO_KERNELS_RE.search(log_text):
+            why = (
+                "no kernel ran inside an NVTX start/end range of domain 'nspy' "
+                f"(filter {NCU_NVTX_INCLUDE}), so ncu profiled nothing and wrote no report"
+            )
+        elif errors:
+            why = f"ncu wrote no report: {_tail(errors)}"
+        else:
+            why = f"ncu wrote no report (exit code {exit_code})"
+        return NsightCoreError(
+            ErrorClass.PROFILER_ERROR, why, "read the ncu log in the job's artifacts"
+        )
+    if errors:
+        return NsightCoreError(
+            ErrorClass.PROFILER_ERROR,
+            f"ncu reported errors: {_tail(errors)}",
+            "read the ncu log in the job's artifacts",
+        )
+    return None
