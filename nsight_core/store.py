@@ -1,0 +1,730 @@
+"""ResultStore: durable profile results, one directory per result plus an SQLite index.
+
+Contract:
+
+- Layout under the root: ``index.sqlite3`` (what is listed and filtered) and one directory per
+  result, named by its id, holding ``manifest.json`` (request, status, times, provenance),
+  ``result.json`` (the whole `ProfileResult`, rows with raw per-run values) and whatever the
+  engine writes into its job directory (``events.jsonl`` raw runs, ``report.ncu-rep``, logs).
+- Every file the store writes is written whole to a temporary name and moved into place with
+  ``os.replace``, so a reader never sees half a file and a crash leaves the old one.
+- ``result.json`` is the truth for a result's content; the index is derived from it and is
+  rebuilt from the directories when it is lost or unreadable.
+- A result read back is checked against ProfileResult's JSON Schema, the schema the MCP
+  server publishes; a file that fails is reported as `CorruptResultError` naming the file
+  and the first violation, never returned half-valid.
+- Ids match `RESULT_ID_PATTERN` before they touch the file system: no '..', no '/', nothing
+  but the store's own ids.
+- A queued or running job holds an exclusive ``flock`` on its ``.owner.lock`` until it is
+  finished. When a store opens, a queued or running result whose lock it can take was cut off
+  by a crash: it is marked failed (``crashed``) with a reason. A job of another live server
+  on the same root keeps its lock and is left alone.
+- Retention (`Retention`): after each finished job, and at open, the oldest finished results
+  beyond ``max_results`` or older than ``max_age_days`` are deleted. Queued and running
+  results are never pruned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from jsonschema.validators import validator_for  # type: ignore[import-untyped, unused-ignore]
+from pydantic import BaseModel, ConfigDict, Field
+
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.protocol import (
+    EVENTS_FILE,
+    EVENTS_METRIC,
+    NCU_LOG_FILE,
+    REPORT_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+)
+from nsight_core.request import ProfileRequest
+from nsight_core.results import Failure, JobStatus, ProfileResult
+
+try:  # POSIX: owner locks; elsewhere a cut-off job is only detected by its owner's pid.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+STORE_ENV = "NSPY_MCP_STORE"
+"""Environment variable naming the store root; overrides the default location."""
+MAX_RESULTS_ENV = "NSPY_MCP_STORE_MAX_RESULTS"
+MAX_AGE_DAYS_ENV = "NSPY_MCP_STORE_MAX_AGE_DAYS"
+
+DEFAULT_MAX_RESULTS = 1000
+"""Keep this many finished results by default: enough for long agent sessions, and small
+enough (a result is typically well under 1 MB plus its report) to never fill a disk."""
+
+INDEX_FILE = "index.sqlite3"
+MANIFEST_FILE = "manifest.json"
+RESULT_FILE = "result.json"
+LOCK_FILE = ".owner.lock"
+MANIFEST_FORMAT = 1
+
+RESULT_ID_PATTERN = r"^r\d{8}T\d{9}-[0-9a-f]{8}$"
+"""'r', UTC date, 'T', time to the millisecond, '-', 8 random hex digits: ids sort by time."""
+_RESULT_ID_LEN = 28
+_RESULT_ID_RE = re.compile(RESULT_ID_PATTERN)
+
+_ENGINE_FILES = {
+    "events": EVENTS_FILE,
+    "report": REPORT_FILE,
+    "ncu_log": NCU_LOG_FILE,
+    "stdout": STDOUT_FILE,
+    "stderr": STDERR_FILE,
+}
+"""Files the engine may leave in a job directory, listed in a result's artifacts if present."""
+
+TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+
+_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS results (
+    result_id   TEXT PRIMARY KEY,
+    status      TEXT NOT NULL,
+    created_ts  REAL NOT NULL,
+    summary     TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS result_keys (
+    result_id   TEXT NOT NULL REFERENCES results(result_id) ON DELETE CASCADE,
+    annotation  TEXT NOT NULL,
+    config_id   INTEGER NOT NULL,
+    metric      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS result_keys_by_id ON result_keys(result_id);
+CREATE INDEX IF NOT EXISTS results_by_status ON results(status);
+"""
+
+
+class CorruptResultError(Exception):
+    """A stored file is unreadable or fails the ProfileResult schema."""
+
+    def __init__(self, result_id: str, path: Path, detail: str) -> None:
+        super().__init__(f"stored result {result_id} is corrupt: {path}: {detail}")
+        self.result_id = result_id
+        self.path = path
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How many finished results the store keeps; None means no limit of that kind."""
+
+    max_results: int | None = DEFAULT_MAX_RESULTS
+    max_age_days: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_results is not None and self.max_results < 1:
+            raise ValueError("max_results must be >= 1 (or None for no limit)")
+        if self.max_age_days is not None and self.max_age_days <= 0:
+            raise ValueError("max_age_days must be > 0 (or None for no limit)")
+
+    @classmethod
+    def from_env(cls) -> Retention:
+        """Defaults, overridden by NSPY_MCP_STORE_MAX_RESULTS / NSPY_MCP_STORE_MAX_AGE_DAYS
+        ('0' or 'none' turns a limit off)."""
+
+        def read(name: str, kind: type[int] | type[float], default: Any) -> Any:
+            raw = os.environ.get(name)
+            if raw is None or raw.strip() == "":
+                return default
+            if raw.strip().lower() in {"0", "none", "off"}:
+                return None
+            try:
+                return kind(raw)
+            except ValueError as exc:
+                raise ValueError(f"{name}={raw!r} is not a number") from exc
+
+        return cls(
+            max_results=read(MAX_RESULTS_ENV, int, DEFAULT_MAX_RESULTS),
+            max_age_days=read(MAX_AGE_DAYS_ENV, float, None),
+        )
+
+
+class ResultSummary(BaseModel):
+    """One past result in a listing: enough to choose which one to read in full."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    result_id: str
+    status: JobStatus
+    created_at: str = Field(description="When the job was queued (ISO 8601, UTC).")
+    finished_at: str | None = None
+    backend: str
+    reference: str
+    candidates: list[str]
+    num_configs: int
+    metrics: list[str] = Field(description="Metrics measured (requested ones until it finishes).")
+    message: str = ""
+    num_rows: int = 0
+    num_failures: int = 0
+    headlines: list[str] = Field(
+        default_factory=list,
+        description="One line per candidate: correctness and speedup range over configs.",
+    )
+
+
+@dataclass(frozen=True)
+class ResultFilter:
+    """Which results a listing returns; every field that is set must match."""
+
+    status: JobStatus | None = None
+    annotation: str | None = None
+    config_id: int | None = None
+    metric: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ResultPage:
+    """A page of a listing, newest first; pass `next_cursor` to get the next one."""
+
+    summaries: list[ResultSummary]
+    next_cursor: str | None
+    total: int
+
+
+def default_store_root() -> Path:
+    """``$NSPY_MCP_STORE``, else the user data dir's ``nspy-mcp/results``."""
+    env = os.environ.get(STORE_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("nspy-mcp", appauthor=False)) / "results"
+
+
+def validate_result_id(result_id: str) -> str:
+    """Return the id if it is one of ours; otherwise raise invalid_request."""
+    if (
+        not isinstance(result_id, str)
+        or len(result_id) != _RESULT_ID_LEN
+        or _RESULT_ID_RE.fullmatch(result_id) is None
+    ):
+        raise NsightCoreError(
+            ErrorClass.INVALID_REQUEST,
+            f"{result_id!r} is not a result id",
+            "pass a result_id exactly as profile_candidates or a listing returned it, "
+            "e.g. 'r20261201T120000123-0a1b2c3d'; list results by calling read_results "
+            "without result_id",
+        )
+    return result_id
+
+
+def new_result_id(now: datetime) -> str:
+    stamp = now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}"
+    return f"r{stamp}-{secrets.token_hex(4)}"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.isoformat(timespec="milliseconds")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so readers see the old file or the new one, never a mix."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+@cache
+def _result_validator() -> Any:
+    schema = ProfileResult.model_json_schema()
+    cls = validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _speedup_span(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.3g}x" if abs(hi - lo) < 5e-4 * max(abs(hi), 1e-12) else f"{lo:.3g}x..{hi:.3g}x"
+
+
+def _headlines(result: ProfileResult, request: ProfileRequest) -> list[str]:
+    lines = []
+    for cand in request.candidates:
+        checks = [c for c in result.correctness if c.Annotation == cand]
+        failed = [c for c in checks if not c.Passed]
+        comps = [c for c in result.comparisons if c.Annotation == cand and c.Speedup is not None]
+        parts = []
+        if failed:
+            classes = sorted({str(c.ErrorClass or "incorrect") for c in failed})
+            parts.append(
+                f"failed check on {len(failed)}/{len(checks)} configs ({', '.join(classes)})"
+            )
+        elif checks:
+            parts.append("correct")
+        if comps:
+            resolvable = sum(1 for c in comps if c.Resolvable)
+            span = _speedup_span([c.Speedup for c in comps if c.Speedup is not None])
+            parts.append(f"speedup {span} ({resolvable}/{len(comps)} resolvable)")
+        if parts:
+            lines.append(f"{cand}: " + "; ".join(parts))
+    return lines
+
+
+def _measured_metrics(request: ProfileRequest) -> list[str]:
+    if request.backend == "events":
+        return [EVENTS_METRIC]
+    return list(request.metrics)
+
+
+class ResultStore:
+    """Durable results under one root; safe to share between threads and server processes."""
+
+    def __init__(self, root: str | Path | None = None, *, retention: Retention | None = None):
+        self.root = Path(root).expanduser() if root is not None else default_store_root()
+        self.retention = retention if retention is not None else Retention.from_env()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._index = self.root / INDEX_FILE
+        self._locks: dict[str, int] = {}
+        self._open_index()
+        self.recovered: list[str] = self.recover_interrupted()
+        self.prune()
+
+    def close(self) -> None:
+        """Drop the owner locks of jobs still queued or running (they count as cut off)."""
+        for result_id in list(self._locks):
+            os.close(self._locks.pop(result_id))
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- paths -------------------------------------------------------------------------
+
+    def result_dir(self, result_id: str) -> Path:
+        """The result's directory; also the job directory handed to the engine."""
+        return self.root / validate_result_id(result_id)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def create(self, request: ProfileRequest) -> ProfileResult:
+        """Register a new queued job and return its placeholder result."""
+        now = utc_now()
+        result_id = new_result_id(now)
+        rdir = self.root / result_id
+        rdir.mkdir()
+        self._take_owner_lock(result_id)
+        placeholder = ProfileResult(
+            result_id=result_id,
+            status="queued",
+            message=f"queued; call read_results with result_id={result_id} to follow it",
+            created_at=iso(now),
+        )
+        self._write_files(placeholder, request)
+        self._upsert(placeholder, request, now.timestamp())
+        return placeholder
+
+    def mark_running(self, result_id: str, message: str = "running") -> ProfileResult:
+        current = self.load(result_id)
+        if current.status in TERMINAL:
+            return current
+        running = current.model_copy(update={"status": "running", "message": message})
+        request = self.load_request(result_id)
+        self._write_files(running, request)
+        self._upsert(running, request, _parse_ts(running.created_at))
+        return running
+
+    def finish(self, result: ProfileResult) -> ProfileResult:
+        """Store a job's final result (done, failed or cancelled) and release its lock."""
+        if result.status not in TERMINAL:
+            raise ValueError(f"finish() needs a terminal status, not {result.status!r}")
+        result_id = validate_result_id(result.result_id)
+        request = self.load_request(result_id)
+        created_at = self._created_at(result_id) or result.created_at
+        final = result.model_copy(
+            update={
+                "created_at": created_at,
+                "finished_at": result.finished_at or iso(utc_now()),
+                "artifacts": self._artifacts(result_id, result.artifacts),
+            }
+        )
+        self._write_files(final, request)
+        self._upsert(final, request, _parse_ts(created_at))
+        self._release_owner_lock(result_id)
+        self.prune()
+        return final
+
+    def fail(
+        self,
+        result_id: str,
+        error_class: ErrorClass,
+        message: str,
+        *,
+        hint: str = "",
+        status: JobStatus = "failed",
+    ) -> ProfileResult:
+        """Finish a job that produced no result of its own (crash, cancel before start)."""
+        current = self.load(result_id)
+        failure = Failure(ErrorClass=error_class, Error=message, Hint=hint, Phase="job")
+        text = f"{error_class.value}: {message}" + (f" ({hint})" if hint else "")
+        return self.finish(
+            current.model_copy(
+                update={"status": status, "error": failure, "message": text, "finished_at": None}
+            )
+        )
+
+    def _write_files(self, result: ProfileResult, request: ProfileRequest) -> None:
+        rdir = self.root / result.result_id
+        write_atomic(rdir / RESULT_FILE, result.model_dump_json(indent=1))
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "result_id": result.result_id,
+            "status": result.status,
+            "created_at": result.created_at,
+            "finished_at": result.finished_at,
+            "request": request.model_dump(mode="json"),
+            "provenance": (
+                result.provenance.model_dump(mode="json") if result.provenance else None
+            ),
+            "artifacts": result.artifacts,
+            "owner": {"host": socket.gethostname(), "pid": os.getpid()},
+        }
+        write_atomic(rdir / MANIFEST_FILE, json.dumps(manifest, indent=1))
+
+    def _artifacts(self, result_id: str, engine: dict[str, str]) -> dict[str, str]:
+        rdir = self.root / result_id
+        found = {
+            "result_dir": str(rdir),
+            "manifest": str(rdir / MANIFEST_FILE),
+            "result": str(rdir / RESULT_FILE),
+        }
+        for key, name in _ENGINE_FILES.items():
+            if (rdir / name).is_file():
+                found[key] = str(rdir / name)
+        return {**found, **engine}
+
+    # -- reading -----------------------------------------------------------------------
+
+    def load(self, result_id: str) -> ProfileResult:
+        """The stored result, checked against ProfileResult's JSON Schema."""
+        rdir = self.result_dir(result_id)
+        path = rdir / RESULT_FILE
+        if not rdir.is_dir():
+            raise NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                f"no result with id {result_id} in the store at {self.root}",
+                "call read_results without result_id to list the stored results "
+                "(it may have been pruned by the retention limit)",
+            )
+        data = self._read_json(result_id, path)
+        errors = sorted(_result_validator().iter_errors(data), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            raise CorruptResultError(
+                result_id,
+                path,
+                f"{first.json_path}: {first.message} ({len(errors)} schema violation(s))",
+            )
+        result = ProfileResult.model_validate(data)
+        if result.result_id != result_id:
+            raise CorruptResultError(result_id, path, f"holds result_id {result.result_id!r}")
+        return result
+
+    def load_request(self, result_id: str) -> ProfileRequest:
+        path = self.result_dir(result_id) / MANIFEST_FILE
+        data = self._read_json(result_id, path)
+        try:
+            return ProfileRequest.model_validate(data["request"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptResultError(result_id, path, f"no valid request: {exc}") from exc
+
+    def _read_json(self, result_id: str, path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise CorruptResultError(result_id, path, "file is missing") from exc
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptResultError(result_id, path, f"not readable JSON: {exc}") from exc
+
+    def summary(self, result_id: str) -> ResultSummary:
+        with self._db() as db:
+            row = db.execute(
+                "SELECT summary FROM results WHERE result_id = ?", (validate_result_id(result_id),)
+            ).fetchone()
+        if row is None:
+            self.load(result_id)  # raises the not-found error
+            raise CorruptResultError(result_id, self._index, "result is missing from the index")
+        return ResultSummary.model_validate_json(row[0])
+
+    def query(
+        self, filt: ResultFilter | None = None, *, limit: int = 20, cursor: str | None = None
+    ) -> ResultPage:
+        """Results matching `filt`, newest first; `cursor` is a page's `next_cursor`."""
+        filt = filt or ResultFilter()
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        where: list[str] = ["1 = 1"]
+        args: list[object] = []
+        if filt.status is not None:
+            where.append("r.status = ?")
+            args.append(filt.status)
+        if filt.since is not None:
+            where.append("r.created_ts >= ?")
+            args.append(filt.since.timestamp())
+        if filt.until is not None:
+            where.append("r.created_ts <= ?")
+            args.append(filt.until.timestamp())
+        key_terms = [
+            (col, val)
+            for col, val in (
+                ("annotation", filt.annotation),
+                ("config_id", filt.config_id),
+                ("metric", filt.metric),
+            )
+            if val is not None
+        ]
+        if key_terms:
+            cond = " AND ".join(f"k.{col} = ?" for col, _ in key_terms)
+            where.append(
+                f"EXISTS (SELECT 1 FROM result_keys k WHERE k.result_id = r.result_id AND {cond})"
+            )
+            args.extend(val for _, val in key_terms)
+        base = " AND ".join(where)
+        page_where, page_args = base, list(args)
+        if cursor is not None:
+            page_where += " AND r.result_id < ?"
+            page_args.append(validate_result_id(cursor))
+        with self._db() as db:
+            total = db.execute(f"SELECT COUNT(*) FROM results r WHERE {base}", args).fetchone()[0]
+            rows = db.execute(
+                f"SELECT summary FROM results r WHERE {page_where} "
+                "ORDER BY r.result_id DESC LIMIT ?",
+                [*page_args, limit + 1],
+            ).fetchall()
+        summaries = [ResultSummary.model_validate_json(r[0]) for r in rows[:limit]]
+        more = len(rows) > limit
+        return ResultPage(
+            summaries=summaries,
+            next_cursor=summaries[-1].result_id if more and summaries else None,
+            total=int(total),
+        )
+
+    # -- index -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        # One short-lived connection per operation: no connection is shared between
+        # threads, and nothing is left open for the garbage collector to find.
+        conn = sqlite3.connect(self._index, timeout=30.0)
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            with conn:
+                yield conn
+        finally:
+            conn.close()
+
+    def _open_index(self) -> None:
+        try:
+            with self._db() as db:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.executescript(_SCHEMA_SQL)
+                empty = db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 0
+        except sqlite3.DatabaseError as exc:
+            broken = self._index.with_name(f"{INDEX_FILE}.broken-{int(time.time())}")
+            log.warning("result index %s unreadable (%s); moved to %s", self._index, exc, broken)
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(f"{self._index}{suffix}", f"{broken}{suffix}")
+            with self._db() as db:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.executescript(_SCHEMA_SQL)
+            empty = True
+        if empty:
+            self._reindex()
+
+    def _reindex(self) -> None:
+        """Rebuild the index from the result directories (the index is derived data)."""
+        for rdir in sorted(self.root.iterdir()):
+            if not rdir.is_dir() or len(rdir.name) != _RESULT_ID_LEN:
+                continue
+            try:
+                validate_result_id(rdir.name)
+                result = self.load(rdir.name)
+                request = self.load_request(rdir.name)
+            except (NsightCoreError, CorruptResultError) as exc:
+                log.warning("not indexing %s: %s", rdir, exc)
+                continue
+            self._upsert(result, request, _parse_ts(result.created_at))
+
+    def _upsert(self, result: ProfileResult, request: ProfileRequest, created_ts: float) -> None:
+        summary = ResultSummary(
+            result_id=result.result_id,
+            status=result.status,
+            created_at=result.created_at,
+            finished_at=result.finished_at,
+            backend=request.backend,
+            reference=request.reference,
+            candidates=list(request.candidates),
+            num_configs=len(request.configs),
+            metrics=sorted({r.Metric for r in result.rows}) or _measured_metrics(request),
+            message=result.message,
+            num_rows=len(result.rows),
+            num_failures=len(result.failures) + (1 if result.error else 0),
+            headlines=_headlines(result, request),
+        )
+        if result.rows:
+            keys = sorted({(r.Annotation, r.ConfigId, r.Metric) for r in result.rows})
+        else:
+            keys = [
+                (a, c, m)
+                for a in request.annotations
+                for c in range(len(request.configs))
+                for m in _measured_metrics(request)
+            ]
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO results (result_id, status, created_ts, summary) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(result_id) DO UPDATE SET status = excluded.status, "
+                "summary = excluded.summary",
+                (result.result_id, result.status, created_ts, summary.model_dump_json()),
+            )
+            db.execute("DELETE FROM result_keys WHERE result_id = ?", (result.result_id,))
+            db.executemany(
+                "INSERT INTO result_keys (result_id, annotation, config_id, metric) "
+                "VALUES (?, ?, ?, ?)",
+                [(result.result_id, *k) for k in keys],
+            )
+
+    def _created_at(self, result_id: str) -> str | None:
+        with self._db() as db:
+            row = db.execute(
+                "SELECT summary FROM results WHERE result_id = ?", (result_id,)
+            ).fetchone()
+        return None if row is None else ResultSummary.model_validate_json(row[0]).created_at
+
+    # -- owners, crashes, retention ----------------------------------------------------
+
+    def _take_owner_lock(self, result_id: str) -> None:
+        if fcntl is None:  # pragma: no cover - Windows
+            return
+        # A raw descriptor, not a file object: held for the job's life, it must not be
+        # closed (and the lock dropped) by the garbage collector while the job runs.
+        fd = os.open(self.root / result_id / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._locks[result_id] = fd
+
+    def _release_owner_lock(self, result_id: str) -> None:
+        fd = self._locks.pop(result_id, None)
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the flock
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / result_id / LOCK_FILE).unlink()
+
+    def _owner_is_gone(self, result_id: str) -> bool:
+        if result_id in self._locks:
+            return False
+        path = self.root / result_id / LOCK_FILE
+        if fcntl is None:  # pragma: no cover - Windows: trust the manifest's pid
+            return True
+        try:
+            fh = path.open("rb")
+        except FileNotFoundError:
+            return True
+        with fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a live process (maybe another server) still runs it
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return True
+
+    def recover_interrupted(self) -> list[str]:
+        """Mark queued/running results whose owner is gone as failed; return their ids."""
+        with self._db() as db:
+            ids = [
+                r[0]
+                for r in db.execute(
+                    "SELECT result_id FROM results WHERE status IN ('queued', 'running')"
+                )
+            ]
+        recovered = []
+        for result_id in ids:
+            if not self._owner_is_gone(result_id):
+                continue
+            try:
+                stored = self.load(result_id)
+            except (NsightCoreError, CorruptResultError) as exc:
+                log.warning("dropping unreadable interrupted result %s: %s", result_id, exc)
+                with self._db() as db:
+                    db.execute("DELETE FROM results WHERE result_id = ?", (result_id,))
+                continue
+            if stored.status in TERMINAL:  # finished, but the index missed it
+                self._upsert(stored, self.load_request(result_id), _parse_ts(stored.created_at))
+                continue
+            was = stored.status
+            self.fail(
+                result_id,
+                ErrorClass.CRASHED,
+                f"the server that owned this job stopped while it was {was} "
+                "(crash, kill or power loss); nothing more was measured",
+                hint="run profile_candidates again with the same request",
+            )
+            recovered.append(result_id)
+        return recovered
+
+    def prune(self) -> list[str]:
+        """Delete the oldest finished results beyond the retention limits; return their ids."""
+        doomed: list[str] = []
+        with self._db() as db:
+            finished = [
+                r[0]
+                for r in db.execute(
+                    "SELECT result_id FROM results WHERE status IN ('done', 'failed', 'cancelled') "
+                    "ORDER BY result_id DESC"
+                )
+            ]
+            if self.retention.max_results is not None:
+                doomed.extend(finished[self.retention.max_results :])
+            if self.retention.max_age_days is not None:
+                cutoff = time.time() - self.retention.max_age_days * 86400.0
+                old = db.execute(
+                    "SELECT result_id FROM results WHERE created_ts < ? "
+                    "AND status IN ('done', 'failed', 'cancelled')",
+                    (cutoff,),
+                )
+                doomed.extend(r[0] for r in old if r[0] not in doomed)
+            db.executemany("DELETE FROM result_keys WHERE result_id = ?", [(d,) for d in doomed])
+            db.executemany("DELETE FROM results WHERE result_id = ?", [(d,) for d in doomed])
+        for result_id in doomed:
+            shutil.rmtree(self.root / result_id, ignore_errors=True)
+        return doomed
+
+
+def _parse_ts(created_at: str) -> float:
+    try:
+        return datetime.fromisoformat(created_at).timestamp()
+    except ValueError:
+        return 0.0
