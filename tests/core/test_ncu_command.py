@@ -1,0 +1,243 @@
+"""The ncu command line we build, and how ncu's log text maps to an ErrorClass.
+
+Log texts are ncu's own message formats (the unknown-metric line quotes a real log with the
+regex ncu prints for names without a suffix). Once tests/data/ncu/ holds the recorded logs,
+the same classification is also checked on them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from nsight_core.collectors.ncu import (
+    NCU_ENV,
+    PERMISSION_URL,
+    build_ncu_command,
+    classify_ncu_failure,
+    find_ncu,
+    ncu_version,
+    parse_bad_metrics,
+    parse_ncu_version,
+)
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.protocol import NCU_NVTX_INCLUDE
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
+
+
+def _command(**overrides: object) -> list[str]:
+    kwargs: dict[str, object] = {
+        "metrics": ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+        "cache_control": "all",
+        "clock_control": "none",
+        "replay_mode": "kernel",
+        "report_path": "/job/report.ncu-rep",
+        "log_path": "/job/ncu.log",
+        "target_argv": ["/venv/bin/python", "-m", "nsight_core.worker", "/job"],
+    }
+    kwargs.update(overrides)
+    return build_ncu_command("/opt/ncu/ncu", **kwargs)  # type: ignore[arg-type]
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_command_runs_the_target_under_ncu_with_our_nvtx_filter() -> None:
+    cmd = _command()
+    assert cmd[0] == "/opt/ncu/ncu"
+    assert "--nvtx" in cmd
+    assert _flag(cmd, "--nvtx-include") == NCU_NVTX_INCLUDE == "regex:nspy@.+"
+    assert _flag(cmd, "--metrics") == (
+        "gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+    )
+    assert _flag(cmd, "--cache-control") == "all"
+    assert _flag(cmd, "--clock-control") == "none"
+    assert _flag(cmd, "--replay-mode") == "kernel"
+    assert _flag(cmd, "--target-processes") == "all"
+    assert _flag(cmd, "--log-file") == "/job/ncu.log"
+    assert _flag(cmd, "-o") == "/job/report.ncu-rep"
+    assert "-f" in cmd
+    assert cmd[-4:] == ["/venv/bin/python", "-m", "nsight_core.worker", "/job"]
+    assert cmd.index("-o") < len(cmd) - 4  # every ncu flag comes before the target
+
+
+def test_command_never_attaches_or_changes_clocks_unasked() -> None:
+    cmd = _command()
+    assert "--mode" not in cmd
+    assert _command(clock_control="base")[cmd.index("--clock-control") + 1] == "base"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"cache_control": "some"},
+        {"clock_control": "boost"},
+        {"replay_mode": "kernels"},
+        {"metrics": []},
+        {"metrics": ["a,b"]},
+        {"target_argv": []},
+    ],
+)
+def test_command_rejects_values_ncu_would_reject(bad: dict[str, object]) -> None:
+    with pytest.raises(NsightCoreError) as err:
+        _command(**bad)
+    assert err.value.error_class is ErrorClass.INVALID_REQUEST
+
+
+def test_find_ncu_honours_the_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exe = tmp_path / "ncu-2025"
+    exe.write_text("")  # only resolved, never run
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(NCU_ENV, str(exe))
+    assert find_ncu() == str(exe)
+
+
+def test_find_ncu_reports_a_broken_environment_variable_instead_of_falling_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(NCU_ENV, str(tmp_path / "missing" / "ncu"))
+    assert find_ncu() is None
+
+
+def test_find_ncu_takes_the_first_ncu_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    for d in (first, second):
+        d.mkdir()
+        exe = d / "ncu"
+        exe.write_text("")
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.delenv(NCU_ENV, raising=False)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(first), str(second)]))
+    assert find_ncu() == str(first / "ncu")
+
+
+def test_version_is_parsed_from_ncu_version_output() -> None:
+    text = (
+        "NVIDIA (R) Nsight Compute Command Line Profiler\n"
+        "Copyright (c) 2018-2025 NVIDIA Corporation\n"
+        "Version 2025.3.1.0 (build 36398880) (public-release)\n"
+    )
+    assert parse_ncu_version(text) == "2025.3.1.0"
+    assert parse_ncu_version("no version here") is None
+
+
+def test_version_of_a_missing_executable_is_none(tmp_path: Path) -> None:
+    assert ncu_version(str(tmp_path / "no-ncu")) is None
+
+
+# --- classification -------------------------------------------------------------------------
+
+UNKNOWN_REGEX_LOG = """\
+==PROF== Connected to process 20101 (/usr/bin/python3.10)
+==ERROR== Failed to find metric regex:^flop_count_sp\\.(sum|min|max|avg|pct|ratio|max_rate)$
+==PROF== Disconnected from process 20101
+"""
+
+UNKNOWN_TWO_LOG = """\
+==PROF== Connected to process 4242 (/venv/bin/python3.12)
+==ERROR== Failed to find metric nspy__no_such_metric.sum
+==ERROR== Failed to find metric sm__bogus_pct
+==PROF== Disconnected from process 4242
+"""
+
+PERMISSION_LOG = """\
+==PROF== Connected to process 777 (/venv/bin/python3.12)
+==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance \
+Counters on the target device 0. For instructions on enabling permissions and to get more \
+information see https://developer.nvidia.com/ERR_NVGPUCTRPERM
+==PROF== Disconnected from process 777
+"""
+
+NO_KERNELS_LOG = """\
+==PROF== Connected to process 555 (/venv/bin/python3.12)
+==PROF== Disconnected from process 555
+==WARNING== No kernels were profiled.
+"""
+
+APP_FAILED_LOG = """\
+==PROF== Connected to process 556 (/venv/bin/python3.12)
+==PROF== Profiling "add_kernel" - 0: 0%....50%....100% - 1 pass
+==PROF== Disconnected from process 556
+==ERROR== The application returned an error code (73).
+==PROF== Report: /job/report.ncu-rep
+"""
+
+
+def test_unknown_metric_names_exactly_the_bad_metric() -> None:
+    err = classify_ncu_failure(
+        1, UNKNOWN_REGEX_LOG, False, metrics=["gpu__time_duration.sum", "flop_count_sp"]
+    )
+    assert err is not None and err.error_class is ErrorClass.INVALID_METRIC
+    assert parse_bad_metrics(UNKNOWN_REGEX_LOG, ["gpu__time_duration.sum", "flop_count_sp"]) == [
+        "flop_count_sp"
+    ]
+
+
+def test_every_unknown_metric_is_named_and_good_ones_are_not() -> None:
+    requested = ["gpu__time_duration.sum", "nspy__no_such_metric.sum", "sm__bogus_pct"]
+    err = classify_ncu_failure(1, UNKNOWN_TWO_LOG, False, metrics=requested)
+    assert err is not None and err.error_class is ErrorClass.INVALID_METRIC
+    assert parse_bad_metrics(UNKNOWN_TWO_LOG, requested) == requested[1:]
+
+
+def test_missing_counter_permission_is_permission_denied_with_safe_remediation() -> None:
+    err = classify_ncu_failure(1, PERMISSION_LOG, False)
+    assert err is not None and err.error_class is ErrorClass.PERMISSION_DENIED
+    assert PERMISSION_URL in err.hint and "events" in err.hint
+    assert "modprobe" not in str(err) and "sudo" not in str(err)
+
+
+def test_no_profiled_kernels_is_a_profiler_error_that_names_the_filter() -> None:
+    err = classify_ncu_failure(0, NO_KERNELS_LOG, False)
+    assert err is not None and err.error_class is ErrorClass.PROFILER_ERROR
+    assert NCU_NVTX_INCLUDE in err.message
+
+
+def test_missing_report_without_a_known_cause_carries_the_ncu_error_lines() -> None:
+    log = "==ERROR== Profiling failed because a driver resource was unavailable.\n"
+    err = classify_ncu_failure(1, log, False)
+    assert err is not None and err.error_class is ErrorClass.PROFILER_ERROR
+    assert "driver resource" in err.message
+
+
+def test_target_failure_with_a_report_is_left_to_the_sandbox() -> None:
+    assert classify_ncu_failure(73, APP_FAILED_LOG, True) is None
+
+
+def test_clean_run_is_not_a_failure() -> None:
+    log = "==PROF== Connected to process 1\n==PROF== Report: /job/report.ncu-rep\n"
+    assert classify_ncu_failure(0, log, True) is None
+
+
+def _manifest() -> dict[str, object]:
+    path = DATA / "manifest.json"
+    if not path.is_file():
+        pytest.skip(f"recorded fixtures not present yet: {DATA} (see tests/data/README.md)")
+    data: dict[str, object] = json.loads(path.read_text())
+    return data
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [("bad_metric", ErrorClass.INVALID_METRIC), ("no_kernels", ErrorClass.PROFILER_ERROR)],
+)
+def test_recorded_ncu_logs_classify_as_expected(case: str, expected: ErrorClass) -> None:
+    cases = _manifest()["cases"]
+    assert isinstance(cases, dict)
+    entry = cases[case]
+    log = (DATA / entry["log"]).read_text(errors="replace")
+    report_exists = bool(entry.get("report")) and (DATA / str(entry["report"])).is_file()
+    err = classify_ncu_failure(entry["exit_code"], log, report_exists, metrics=entry["metrics"])
+    assert err is not None and err.error_class is expected
+    if expected is ErrorClass.INVALID_METRIC:
+        assert parse_bad_metrics(log, entry["metrics"]) == ["nspy__no_such_metric.sum"]
