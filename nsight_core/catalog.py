@@ -21,13 +21,21 @@ and skips ``==PROF==``/``==WARNING==`` lines, device headers and blank lines.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import difflib
 import gzip
 import io
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nsight_core.errors import ErrorClass, NsightCoreError
 
 CATALOG_FORMAT = 1
 """Version of the JSON layout below; bump it when the layout changes."""
@@ -249,3 +257,551 @@ def load_catalog_bytes(data: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict) or obj.get("format") != CATALOG_FORMAT:
         raise ValueError(f"not a catalog of format {CATALOG_FORMAT}")
     return obj
+
+
+# --------------------------------------------------------------------------------------
+# Chips
+# --------------------------------------------------------------------------------------
+
+_NAME_HINTS: tuple[tuple[str, str], ...] = (
+    # (regex over the product name, ncu chip); first match wins, so specific before general.
+    (r"\bG?H(100|200|800|20)\b", "gh100"),
+    (r"\bG?B(200|100)\b", "gb100"),
+    (r"\bRTX (PRO )?50[89]0|\bRTX PRO 6000 Blackwell", "gb202"),
+    (r"\bA(100|800|30)\b", "ga100"),
+    (r"\bL40S?\b|\bRTX 4090\b|\bRTX 6000 Ada", "ad102"),
+    (r"\bL4\b", "ad104"),
+    (r"\bA(10|40|6000)\b|\bRTX A6000\b|\bRTX 30[89]0", "ga102"),
+    (r"\bT4\b", "tu104"),
+    (r"\bV100\b", "gv100"),
+)
+
+_CC_DEFAULT: dict[str, str] = {
+    # compute capability -> the ncu chip of that architecture's largest part
+    "7.0": "gv100",
+    "7.5": "tu102",
+    "8.0": "ga100",
+    "8.6": "ga102",
+    "8.7": "ga10b",
+    "8.9": "ad102",
+    "9.0": "gh100",
+    "10.0": "gb100",
+    "12.0": "gb202",
+}
+
+DEFAULT_CHIP = "gh100"
+"""Chip assumed when none is given and no GPU is visible (the project's H200 test host)."""
+
+
+def chip_for_gpu(name: str | None, compute_capability: str | None) -> str | None:
+    """The ncu chip name of a GPU: from its product name when it is telling, else from its
+    compute capability (the architecture's largest part), else None.
+
+    H100 and H200 are both ``gh100``; an A100 is ``ga100``; an RTX 4090 is ``ad102``.
+    """
+    for pattern, chip in _NAME_HINTS:
+        if name and re.search(pattern, name, re.IGNORECASE):
+            return chip
+    return _CC_DEFAULT.get(compute_capability or "")
+
+
+# --------------------------------------------------------------------------------------
+# Loading and indexing
+# --------------------------------------------------------------------------------------
+
+SHIPPED_DIR = Path(__file__).parent / "data" / "catalogs"
+LIVE_QUERY_TIMEOUT_S = 120.0
+COLLECTION_ORDER = ("profiling", "launch", "device", "occupancy")
+
+# The suffixes shown first when a base needs one: the usual way each type is read.
+_PREFERRED_SUFFIXES = (
+    "avg.pct_of_peak_sustained_elapsed",
+    "sum",
+    "pct",
+    "ratio",
+    "avg",
+    "max",
+    "min",
+    "sum.per_second",
+    "avg.per_cycle_active",
+    "sum.pct_of_peak_sustained_elapsed",
+    "max.pct_of_peak_sustained_elapsed",
+    "sum.per_cycle_elapsed",
+)
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    name: str
+    type: str
+    unit: str
+    description: str
+    suffixes: frozenset[str] | None
+    """Valid suffixes ('' = the base itself); None when the recording had no full names."""
+    collection: str
+
+
+@dataclass
+class CatalogIndex:
+    """One chip's catalog, indexed by base name, and by unit prefix for suggestions."""
+
+    chip: str
+    ncu_version: str
+    source: Literal["shipped", "live"]
+    bases: dict[str, MetricInfo]
+    by_prefix: dict[str, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, cat: Mapping[str, Any], source: Literal["shipped", "live"]) -> CatalogIndex:
+        sets = [frozenset(s) for s in cat["suffix_sets"]]
+        bases: dict[str, MetricInfo] = {}
+        colls = cat["collections"]
+        rank = {c: i for i, c in enumerate(COLLECTION_ORDER)}
+        for coll in sorted(colls, key=lambda c: (rank.get(c, len(rank)), c)):
+            for name, typ, unit, desc, idx in colls[coll]:
+                if name not in bases:
+                    sfx = sets[idx] if idx >= 0 else None
+                    bases[name] = MetricInfo(name, typ, unit, desc, sfx, coll)
+        by_prefix: dict[str, list[str]] = {}
+        for name in bases:
+            by_prefix.setdefault(_unit_prefix(name), []).append(name)
+        return cls(str(cat["chip"]), str(cat["ncu_version"]), source, bases, by_prefix)
+
+    def lookup(self, full: str) -> tuple[MetricInfo, str] | None:
+        """(base, suffix) for a full or base name, by its longest listed base prefix."""
+        base = _find_base(full, self.bases)
+        if base is None:
+            return None
+        return self.bases[base], full[len(base) + 1 :] if full != base else ""
+
+
+def _unit_prefix(name: str) -> str:
+    return name.split("__", 1)[0] if "__" in name else ""
+
+
+_index_cache: dict[tuple[str, str, str], CatalogIndex] = {}
+
+
+def shipped_catalogs(root: Path | None = None) -> dict[str, list[str]]:
+    """ncu version directory -> chips with a shipped catalog."""
+    root = SHIPPED_DIR if root is None else root
+    out: dict[str, list[str]] = {}
+    if root.is_dir():
+        for vdir in sorted(root.iterdir()):
+            chips = sorted(p.name[: -len(".json.gz")] for p in vdir.glob("*.json.gz"))
+            if chips:
+                out[vdir.name] = chips
+    return out
+
+
+def _pick_version(versions: Sequence[str], ncu_version: str | None) -> str:
+    """The shipped version for this ncu: the same major.minor.patch, else the newest not
+    newer than it, else the newest."""
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v))
+
+    ordered = sorted(versions, key=key)
+    if ncu_version:
+        want = key(catalog_version_dir(ncu_version))
+        older = [v for v in ordered if key(v) <= want]
+        if older:
+            return older[-1]
+    return ordered[-1]
+
+
+def load_shipped(chip: str, version_dir: str, root: Path | None = None) -> CatalogIndex:
+    root = SHIPPED_DIR if root is None else root
+    key = ("shipped", version_dir, chip)
+    if key not in _index_cache:
+        data = (root / version_dir / f"{chip}.json.gz").read_bytes()
+        _index_cache[key] = CatalogIndex.from_dict(load_catalog_bytes(data), "shipped")
+    return _index_cache[key]
+
+
+def query_live_catalog(ncu: str, ncu_version: str, chip: str) -> CatalogIndex:
+    """Catalog from a live ``ncu --query-metrics --chips CHIP``, cached per (version, chip)
+    in memory and under the user cache directory. Raises NsightCoreError(PROFILER_ERROR)."""
+    from nsight_core.probe import cache_dir
+
+    vdir = catalog_version_dir(ncu_version)
+    key = ("live", vdir, chip)
+    if key in _index_cache:
+        return _index_cache[key]
+    path = cache_dir() / "catalogs" / vdir / f"{chip}.json.gz"
+    try:
+        idx = CatalogIndex.from_dict(load_catalog_bytes(path.read_bytes()), "live")
+    except (OSError, ValueError):
+        cat = _query_live(ncu, ncu_version, chip)
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(dump_catalog(cat))
+        idx = CatalogIndex.from_dict(cat, "live")
+    _index_cache[key] = idx
+    return idx
+
+
+def _query_live(ncu: str, ncu_version: str, chip: str) -> dict[str, Any]:
+    from nsight_core.probe import run_limited
+
+    colls: dict[str, tuple[Sequence[QueryRow], Sequence[QueryRow] | None]] = {}
+    for coll in COLLECTION_ORDER:
+        texts: list[str | None] = []
+        for mode in ("base", "all"):
+            argv = [ncu, "--query-metrics", "--chips", chip, "--csv"]
+            if coll != "profiling":
+                argv += ["--query-metrics-collection", coll]
+            if mode == "all":
+                argv += ["--query-metrics-mode", "all"]
+            r = run_limited(argv, LIVE_QUERY_TIMEOUT_S)
+            texts.append(r.stdout if r.returncode == 0 else None)
+            if coll == "profiling" and r.returncode != 0:
+                raise NsightCoreError(
+                    ErrorClass.PROFILER_ERROR,
+                    f"`ncu --query-metrics --chips {chip}` failed: "
+                    f"{r.error or (r.stderr or r.stdout).strip()[:300]}",
+                    "pass a chip from `ncu --list-chips`, or use the shipped catalogs",
+                )
+        base_text, all_text = texts
+        if base_text:
+            base_rows = parse_query_metrics(base_text)
+            all_rows = parse_query_metrics(all_text) if all_text else None
+            if base_rows:
+                colls[coll] = (base_rows, all_rows or None)
+    if "profiling" not in colls:
+        raise NsightCoreError(
+            ErrorClass.PROFILER_ERROR,
+            f"`ncu --query-metrics --chips {chip}` printed no metric this parser understands",
+            "report the ncu version; use the shipped catalogs meanwhile",
+        )
+    return build_catalog(
+        chip=chip, ncu_version=ncu_version, collections=colls, source=f"live ncu {ncu_version}"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# validate_metrics
+# --------------------------------------------------------------------------------------
+
+MetricStatus = Literal["valid", "unknown", "needs_suffix", "unverified"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricCheck(_Model):
+    name: str = Field(description="The name as given.")
+    status: MetricStatus = Field(
+        description="valid: ncu accepts it as one value; needs_suffix: a base name, pick one "
+        "of valid_names; unknown: not in the catalog, see suggestions; unverified: no catalog "
+        "could decide (see notes)."
+    )
+    base: str | None = Field(None, description="The catalog's base metric it belongs to.")
+    suffix: str | None = Field(None, description="Roll-up and suffix after the base, if any.")
+    type: str | None = Field(None, description="ncu metric type: Counter, Ratio, Throughput...")
+    unit: str | None = Field(
+        None, description="Unit of the base; for pct/per_second/per_cycle suffixes derived."
+    )
+    description: str | None = Field(None, description="ncu's description of the base.")
+    valid_names: list[str] = Field(
+        default_factory=list,
+        description="For needs_suffix: full names to use instead, the usual ones first.",
+    )
+    suffix_count: int | None = Field(None, description="How many suffixes the base accepts.")
+    suggestions: list[str] = Field(
+        default_factory=list, description="For unknown: the nearest valid names."
+    )
+    message: str = Field("", description="What to do next.")
+
+
+class MetricsValidation(_Model):
+    chip: str = Field(description="ncu chip the names were checked for, e.g. 'gh100'.")
+    chip_source: Literal["argument", "gpu", "default"] = Field(
+        description="argument: as given; gpu: inferred from GPU 0; default: no GPU, assumed."
+    )
+    catalog_source: Literal["shipped", "live", "none"] = Field(
+        description="shipped: bundled catalog; live: this host's ncu; none: no catalog found."
+    )
+    catalog_ncu_version: str | None = Field(None, description="ncu that recorded the catalog.")
+    metrics: list[MetricCheck]
+    all_valid: bool = Field(description="True when every name is valid.")
+    estimated_passes: int | None = Field(
+        None,
+        description="Rough replay passes per kernel for these metrics (heuristic; ncu prints "
+        "the real count as 'N passes').",
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+def _suffix_unit(unit: str, suffix: str) -> str:
+    last = suffix.rsplit(".", 1)[-1]
+    if last == "pct" or last.startswith("pct_of_peak"):
+        return "%"
+    if last == "per_second":
+        return f"{unit}/second" if unit else "1/second"
+    if last.startswith("per_cycle"):
+        return f"{unit}/cycle" if unit else "1/cycle"
+    if last == "ratio":
+        return "ratio"
+    return unit
+
+
+def _ordered_suffixes(suffixes: frozenset[str]) -> list[str]:
+    rank = {s: i for i, s in enumerate(_PREFERRED_SUFFIXES)}
+    return sorted((s for s in suffixes if s), key=lambda s: (rank.get(s, len(rank)), s))
+
+
+def _suggest(idx: CatalogIndex, name: str, n: int = 5) -> list[str]:
+    """Nearest valid full names for an unknown ``name``: first its base among bases of the
+    same unit prefix (a few hundred), then the suffix among that base's suffixes."""
+    found = idx.lookup(name)
+    if found is not None:
+        info, suffix = found
+        pool = sorted(info.suffixes or ())
+        close = difflib.get_close_matches(suffix, pool, n=n, cutoff=0.5)
+        return [f"{info.name}.{s}" if s else info.name for s in close]
+    base, _, suffix = name.partition(".")
+    prefix = _unit_prefix(base)
+    pool_names = idx.by_prefix.get(prefix)
+    if not pool_names:
+        near = difflib.get_close_matches(prefix, list(idx.by_prefix), n=3, cutoff=0.5)
+        pool_names = [b for p in near for b in idx.by_prefix[p]]
+    bases = difflib.get_close_matches(base, pool_names, n=n, cutoff=0.6)
+    if not bases:
+        bases = difflib.get_close_matches(base, list(idx.bases), n=n, cutoff=0.75)
+    out = []
+    for b in bases:
+        info = idx.bases[b]
+        sfx = info.suffixes or frozenset()
+        if suffix and suffix in sfx:
+            out.append(f"{b}.{suffix}")
+        elif "" in sfx or not sfx:
+            out.append(b)
+        else:
+            out.append(f"{b}.{_ordered_suffixes(sfx)[0]}")
+    return out
+
+
+def check_metric(idx: CatalogIndex, name: str) -> MetricCheck:
+    """Check one name against one catalog."""
+    raw = name.strip()
+    if raw.split(":", 1)[0] in ("regex", "group", "breakdown", "pmsampling") and ":" in raw:
+        return MetricCheck(
+            name=name,
+            status="unverified",
+            message="prefixed expressions are expanded by ncu itself; list the full names "
+            "instead so each row has one metric",
+        )
+    found = idx.lookup(raw) if _NAME_RE.match(raw) else None
+    if found is None:
+        sugg = _suggest(idx, raw) if raw else []
+        hint = f"; did you mean {', '.join(sugg[:3])}?" if sugg else ""
+        return MetricCheck(
+            name=name,
+            status="unknown",
+            suggestions=sugg,
+            message=f"{raw!r} is not a {idx.chip} metric in ncu {idx.ncu_version}{hint}",
+        )
+    info, suffix = found
+    common = {
+        "base": info.name,
+        "suffix": suffix or None,
+        "type": info.type or None,
+        "description": info.description or None,
+        "unit": _suffix_unit(info.unit, suffix) or None,
+    }
+    if info.suffixes is None:
+        return MetricCheck(
+            name=name,
+            status="unverified",
+            **common,
+            message="the catalog lists this base but not its suffixes",
+        )
+    if suffix in info.suffixes:
+        return MetricCheck(name=name, status="valid", suffix_count=len(info.suffixes), **common)
+    ordered = _ordered_suffixes(info.suffixes)
+    if not suffix:
+        full = [f"{info.name}.{s}" for s in ordered[:12]]
+        return MetricCheck(
+            name=name,
+            status="needs_suffix",
+            valid_names=full,
+            suffix_count=len(ordered),
+            **common,
+            message=f"{info.name} is a base name: add a roll-up and suffix, e.g. {full[0]}"
+            + (f" or {full[1]}" if len(full) > 1 else "")
+            + f" ({len(ordered)} valid suffixes)",
+        )
+    sugg = _suggest(idx, raw)
+    return MetricCheck(
+        name=name,
+        status="unknown",
+        suggestions=sugg,
+        suffix_count=len(ordered),
+        **common,
+        message=f"{info.name} has no suffix {suffix!r}"
+        + (f"; did you mean {', '.join(sugg[:3])}?" if sugg else ""),
+    )
+
+
+def estimate_passes(checks: Sequence[MetricCheck], idx: CatalogIndex | None) -> int | None:
+    """A rough replay-pass count; documented as a heuristic, never a measurement.
+
+    launch__/device__ attributes and gpu__time_duration need no extra pass; each other
+    distinct Counter/Ratio base is one counter, a Throughput base (a max over several
+    sub-unit counters) about four; one pass is assumed to hold about eight counters.
+    """
+    if idx is None:
+        return None
+    counters = 0
+    for base in {c.base for c in checks if c.base}:
+        info = idx.bases[base]
+        if info.collection != "profiling" or base == "gpu__time_duration":
+            continue
+        counters += 4 if info.type.lower() == "throughput" else 1
+    return 1 + -(-counters // 8)
+
+
+def known_chips() -> list[str]:
+    """Chips this module can name: shipped catalogs plus the architecture table."""
+    chips = set(_CC_DEFAULT.values()) | {c for _, c in _NAME_HINTS}
+    for cs in shipped_catalogs().values():
+        chips.update(cs)
+    return sorted(chips)
+
+
+def _resolve_chip(
+    chip: str | None, notes: list[str]
+) -> tuple[str, Literal["argument", "gpu", "default"]]:
+    if chip:
+        return chip.strip().lower(), "argument"
+    from nsight_core.probe import probe_environment
+
+    env = probe_environment()
+    if env.gpus and (gchip := env.gpus[0].chip):
+        g = env.gpus[0]
+        notes.append(f"chip {gchip} inferred from GPU 0 ({g.name}, cc {g.compute_capability})")
+        return gchip, "gpu"
+    if env.gpus:
+        notes.append(
+            f"no ncu chip known for GPU 0 ({env.gpus[0].name}); assumed {DEFAULT_CHIP}: "
+            "pass chip= to choose"
+        )
+    else:
+        notes.append(
+            f"no GPU visible: checked against {DEFAULT_CHIP} (H100/H200); pass chip= "
+            "for another GPU"
+        )
+    return DEFAULT_CHIP, "default"
+
+
+def _used_ncu() -> tuple[str, str] | None:
+    from nsight_core.probe import probe_environment
+
+    env = probe_environment()
+    used = next((n for n in env.ncu if n.used), None)
+    if used and used.version and used.launch_mode_ok:
+        return used.path, used.version
+    return None
+
+
+def _select_catalog(
+    chip: str, source: Literal["auto", "shipped", "live"], notes: list[str]
+) -> CatalogIndex | None:
+    shipped = shipped_catalogs()
+    ncu = _used_ncu() if source != "shipped" else None
+    if ncu is not None:
+        vdir = catalog_version_dir(ncu[1])
+        if source == "auto" and chip in shipped.get(vdir, []):
+            return load_shipped(chip, vdir)
+        try:
+            return query_live_catalog(ncu[0], ncu[1], chip)
+        except NsightCoreError as exc:
+            if source == "live":
+                raise
+            notes.append(f"live query failed ({exc.message}); using the shipped catalogs")
+    elif source == "live":
+        raise NsightCoreError(
+            ErrorClass.PROFILER_ERROR,
+            "live catalog asked for, but no usable ncu (2022.4+) is on PATH or in NSPY_NCU",
+            "use source='auto'",
+        )
+    versions = [v for v, cs in shipped.items() if chip in cs]
+    if not versions:
+        notes.append(
+            f"no catalog for {chip}: none shipped"
+            + (
+                f" (shipped chips: {', '.join(sorted({c for cs in shipped.values() for c in cs}))})"
+                if shipped
+                else " yet"
+            )
+            + ", and no ncu here to ask; names are unverified"
+        )
+        return None
+    v = _pick_version(versions, ncu[1] if ncu else None)
+    if ncu is not None and catalog_version_dir(ncu[1]) != v:
+        notes.append(f"catalog recorded with ncu {v}, this host has ncu {ncu[1]}")
+    return load_shipped(chip, v)
+
+
+def validate_metrics(
+    names: Sequence[str],
+    chip: str | None = None,
+    *,
+    source: Literal["auto", "shipped", "live"] = "auto",
+) -> MetricsValidation:
+    """Check ncu metric names for a chip, offline from shipped catalogs or live from ncu.
+
+    ``chip`` defaults to GPU 0's chip, else gh100 (with a note). An unknown chip raises
+    NsightCoreError(INVALID_REQUEST) listing the known ones. ``source``: ``auto`` prefers a
+    shipped catalog of this host's ncu version, then a live (cached) query, then the nearest
+    shipped version; ``shipped`` never runs ncu; ``live`` always asks ncu.
+    """
+    notes: list[str] = []
+    chip_name, chip_source = _resolve_chip(chip, notes)
+    known = known_chips()
+    if chip_name not in known and not (
+        source != "shipped"
+        and (ncu := _used_ncu()) is not None
+        and chip_name in _live_chips(ncu[0])
+    ):
+        raise NsightCoreError(
+            ErrorClass.INVALID_REQUEST,
+            f"unknown chip {chip_name!r}",
+            f"use one of: {', '.join(known)} (H100/H200 are gh100, A100 ga100)",
+        )
+    idx = _select_catalog(chip_name, source, notes)
+    if idx is None:
+        checks = [
+            MetricCheck(name=n, status="unverified", message="no catalog for this chip")
+            for n in names
+        ]
+    else:
+        checks = [check_metric(idx, n) for n in names]
+        if source == "auto" and idx.source == "shipped" and _used_ncu() is None:
+            notes.append(
+                f"offline check against the shipped {idx.chip} catalog of ncu {idx.ncu_version}"
+            )
+    return MetricsValidation(
+        chip=chip_name,
+        chip_source=chip_source,
+        catalog_source=idx.source if idx else "none",
+        catalog_ncu_version=idx.ncu_version if idx else None,
+        metrics=checks,
+        all_valid=bool(checks) and all(c.status == "valid" for c in checks),
+        estimated_passes=estimate_passes(checks, idx),
+        notes=notes,
+    )
+
+
+_live_chip_cache: dict[str, list[str]] = {}
+
+
+def _live_chips(ncu: str) -> list[str]:
+    if ncu not in _live_chip_cache:
+        from nsight_core.probe import run_limited
+
+        r = run_limited([ncu, "--list-chips"], 30.0)
+        _live_chip_cache[ncu] = parse_list_chips(r.stdout) if r.returncode == 0 else []
+    return _live_chip_cache[ncu]

@@ -1,13 +1,105 @@
-"""Stub: `nspy-mcp env` and `nspy-mcp metrics` (filled in by the environment issue)."""
+"""`nspy-mcp env` and `nspy-mcp metrics`: the probe and the metric check, for people.
+
+Both print a short human report by default and the model's JSON with ``--json``.
+Exit codes: ``env`` 0 (it reports, it does not judge); ``metrics`` 0 when every name is
+valid, 1 when any is unknown or needs a suffix, 2 when names could not be checked (no
+catalog for the chip) or the chip is unknown.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+
+from nsight_core.catalog import MetricsValidation, validate_metrics
+from nsight_core.errors import NsightCoreError
+from nsight_core.probe import EnvironmentReport, probe_environment
+
+
+def _w(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
+def format_environment(r: EnvironmentReport) -> str:
+    """The report as a few aligned lines."""
+    out: list[str] = []
+    add = out.append
+    add(f"host      {r.host} ({r.platform}), Python {r.python}")
+    drv = f"driver {r.driver_version}, CUDA {r.cuda_driver_version}" if r.driver_version else ""
+    add(f"gpus      {len(r.gpus)} via {r.gpu_source}" + (f"; {drv}" if drv else ""))
+    if r.gpu_error and not r.gpus:
+        add(f"          {r.gpu_error}")
+    for g in r.gpus:
+        mem = f"{g.memory_used_mib}/{g.memory_total_mib} MiB" if g.memory_total_mib else "?"
+        add(
+            f"  [{g.index}] {g.name} cc {g.compute_capability} chip {g.chip or '?'} "
+            f"mem {mem} sm {g.sm_clock_mhz} MHz {g.temperature_c} C "
+            f"{len(g.processes)} process(es)"
+        )
+        for p in g.processes:
+            add(f"       pid {p.pid} {p.name or '?'} {p.used_memory_mib or '?'} MiB")
+    if not r.ncu:
+        add("ncu       none found (PATH, NSPY_NCU)")
+    for n in r.ncu:
+        mark = "*" if n.used else " "
+        modes = "launch" + (" attach" if n.attach_mode_ok else "") if n.launch_mode_ok else "-"
+        add(f"ncu     {mark} {n.version or n.error} {n.path} [{n.source}] modes: {modes}")
+    for pkg in (r.ncu_report, r.cupti_python):
+        add(f"{pkg.name:<13s}{pkg.version or 'not installed'}: {pkg.note}")
+    c = r.counters
+    add(
+        f"counters  RmProfilingAdminOnly={c.rm_profiling_admin_only} admin={c.is_admin} "
+        f"deep test: {c.deep_test}" + (f" ({c.detail})" if c.detail else "")
+    )
+    fw = ", ".join(f"{f.name} {f.version}" for f in r.frameworks if f.installed)
+    add(f"python    {fw or 'no torch/triton/cupy/numpy'}")
+    for b in r.backends:
+        add(f"backend   {b.name:<7s}{'yes' if b.available else 'no ':<4s}{b.reason}")
+    for fix in r.remediation:
+        add(f"todo      {fix}")
+    return "\n".join(out)
 
 
 def run_env(*, deep: bool, refresh: bool, as_json: bool) -> int:
-    raise NotImplementedError("run_env")
+    report = probe_environment(deep=deep, refresh=refresh)
+    _w(report.model_dump_json(indent=2) if as_json else format_environment(report))
+    return 0
+
+
+def format_validation(v: MetricsValidation) -> str:
+    out = [
+        f"chip {v.chip} ({v.chip_source}), catalog: {v.catalog_source}"
+        + (f" ncu {v.catalog_ncu_version}" if v.catalog_ncu_version else "")
+    ]
+    for m in v.metrics:
+        line = f"  {m.status:<12s} {m.name}"
+        if m.status == "valid":
+            line += f"  [{m.unit or '-'}] {m.description or ''}"
+        else:
+            line += f"  {m.message}"
+        out.append(line)
+        if m.status == "needs_suffix":
+            out.extend(f"      {n}" for n in m.valid_names)
+    if v.estimated_passes is not None:
+        out.append(f"estimated replay passes: {v.estimated_passes} (heuristic)")
+    out.extend(f"note: {n}" for n in v.notes)
+    return "\n".join(out)
 
 
 def run_metrics(names: Sequence[str], *, chip: str | None, as_json: bool) -> int:
-    raise NotImplementedError("run_metrics")
+    try:
+        v = validate_metrics(list(names), chip)
+    except NsightCoreError as exc:
+        if as_json:
+            import json
+
+            _w(json.dumps(exc.to_dict(), indent=2))
+        else:
+            sys.stderr.write(f"error: {exc}\n")
+        return 2
+    _w(v.model_dump_json(indent=2) if as_json else format_validation(v))
+    if v.all_valid:
+        return 0
+    if any(m.status in ("unknown", "needs_suffix") for m in v.metrics):
+        return 1
+    return 2

@@ -1,0 +1,149 @@
+"""nsight_core.probe on this CPU-only machine: what it reports without a GPU or ncu, its
+cache, its process time limits, and the promise that remediation never tells anyone to
+change driver settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nsight_core import probe
+from nsight_core.probe import (
+    CounterAccess,
+    GpuInfo,
+    NcuInstall,
+    PackageStatus,
+    probe_environment,
+    run_limited,
+)
+
+FORBIDDEN = ("sudo", "modprobe", "nvreg", "/etc/modprobe", "rmmod")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NSPY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(probe, "_memory_cache", {})
+
+
+def _no_ncu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("NSPY_NCU", raising=False)
+
+
+def test_without_gpu_only_events_backend_is_available(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_ncu(monkeypatch, tmp_path)
+    r = probe_environment(refresh=True)
+    if r.gpus:
+        pytest.skip("a GPU is visible here; this test is for CPU hosts")
+    assert r.gpu_error
+    assert not r.backend("ncu").available and "GPU" in r.backend("ncu").reason
+    assert not r.backend("cupti").available and r.backend("cupti").reason
+    assert r.backend("events").available
+
+
+def test_missing_ncu_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _no_ncu(monkeypatch, tmp_path)
+    r = probe_environment(refresh=True)
+    assert r.ncu == [] and r.ncu_used is None
+    assert "no ncu" in r.backend("ncu").reason
+
+
+def test_ncu_from_nspy_ncu_comes_first_and_bad_version_is_reported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_ncu(monkeypatch, tmp_path)
+    fake = tmp_path / "not-ncu"
+    fake.write_text("#!/bin/sh\necho 'no version'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("NSPY_NCU", str(fake))
+    (n,) = probe_environment(refresh=True).ncu
+    assert (n.source, n.used, n.version, n.launch_mode_ok) == ("NSPY_NCU", True, None, False)
+    assert n.error
+
+
+def test_cached_probe_is_the_same_object_and_refresh_probes_again() -> None:
+    first = probe_environment()
+    assert probe_environment() is first
+    again = probe_environment(refresh=True)
+    assert again is not first and again.probed_at >= first.probed_at
+
+
+def test_probe_is_recalled_from_the_cache_file_by_a_fresh_process_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = probe_environment()
+    monkeypatch.setattr(probe, "_memory_cache", {})
+    recalled = probe_environment()
+    assert recalled is not first and recalled == first
+
+
+def test_framework_detection_does_not_import_heavy_frameworks() -> None:
+    import sys
+
+    before = {m for m in ("torch", "triton", "cupy") if m in sys.modules}
+    probe_environment(refresh=True)
+    after = {m for m in ("torch", "triton", "cupy") if m in sys.modules}
+    assert after == before
+
+
+def test_counter_params_file_is_read(tmp_path: Path) -> None:
+    params = tmp_path / "params"
+    params.write_text("ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: 1\n")
+    assert probe.read_profiling_admin_only(params) == 1
+    assert probe.read_profiling_admin_only(tmp_path / "missing") is None
+
+
+def _remediation_for(counters: CounterAccess, report_ok: bool = True) -> list[str]:
+    gpu = [GpuInfo(index=0, name="NVIDIA H200", compute_capability="9.0", chip="gh100")]
+    ncu = [
+        NcuInstall(
+            path="/x/ncu",
+            source="PATH",
+            version="2025.3.1.0",
+            used=True,
+            launch_mode_ok=True,
+            attach_mode_ok=False,
+        )
+    ]
+    rep = PackageStatus(name="ncu-report", installed=report_ok, version="2026.3.1", compatible=True)
+    cupti = PackageStatus(name="cupti-python", installed=False, compatible=False, note="missing")
+    fixes: list[str] = []
+    probe._ncu_backend(gpu, ncu, rep, counters, fixes)
+    probe._cupti_backend(gpu, cupti, fixes)
+    probe._events_backend(gpu, [], fixes)
+    probe._ncu_backend([], [], rep, counters, fixes)
+    return fixes
+
+
+def test_restricted_counters_point_at_admins_and_other_backends_never_at_driver_settings() -> None:
+    restricted = CounterAccess(rm_profiling_admin_only=1, is_admin=False)
+    fixes = _remediation_for(restricted)
+    text = " ".join(fixes).lower()
+    assert "administrator" in text and "events" in text
+    for word in FORBIDDEN:
+        assert word not in text
+    denied = CounterAccess(rm_profiling_admin_only=0, is_admin=False, deep_test="permission_denied")
+    assert any("administrator" in f for f in _remediation_for(denied))
+
+
+def test_remediation_of_this_host_contains_no_driver_setting_instructions() -> None:
+    text = " ".join(probe_environment(refresh=True).remediation).lower()
+    for word in FORBIDDEN:
+        assert word not in text
+
+
+def test_time_limited_process_group_is_killed() -> None:
+    r = run_limited(["sh", "-c", "sleep 30 & sleep 30"], 0.5)
+    assert r.timed_out and r.returncode is None and "killed" in r.error
+
+
+def test_process_that_cannot_start_is_reported() -> None:
+    r = run_limited([os.devnull + "/nope"], 5)
+    assert r.returncode is None and not r.timed_out and r.error
