@@ -56,6 +56,8 @@ class Case:
     replay_mode: str = "kernel"
     expect_report: bool = True
     expect_error: str | None = None
+    foreign: bool = False
+    """Recorded with plain ncu flags (no nspy filter), like a report someone else made."""
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -93,6 +95,13 @@ CASES = [
         "vary.py:sometimes_twice launches 1, 2, 1 kernels in runs 0..2 of config 0 and 1 per run "
         "in config 1",
         [TIME_METRIC],
+    ),
+    Case(
+        "foreign",
+        "a report made without our flags: default-domain push/pop range 'outer' around "
+        "add_kernel + scale_kernel, then copy_kernel outside any range, 3 times",
+        [TIME_METRIC],
+        foreign=True,
     ),
     Case(
         "bad_metric",
@@ -190,6 +199,7 @@ def copy(b, launched, block=1024):
 class Recorder:
     def __init__(self):
         self.keys = []
+        self.foreign = []
 
     def call(self, annotation, config_id, run, body):
         name = f"c{config_id}:r{run}:{annotation}"
@@ -293,7 +303,24 @@ def case_no_kernels(rec, runs):
     return configs
 
 
+def case_foreign(rec, runs):
+    configs = [{"n": 1 << 14}]
+    b = Buffers(configs[0]["n"])
+    sink = []
+    for _ in range(runs):
+        nvtx.push_range("outer")
+        add(b, sink)
+        scale(b, sink)
+        nvtx.pop_range()
+        copy(b, sink)
+        rec.foreign += [["outer", kname(add_kernel)], ["outer", kname(scale_kernel)],
+                        [None, kname(copy_kernel)]]
+    torch.cuda.synchronize()
+    return configs
+
+
 CASES = {
+    "foreign": case_foreign,
     "one_kernel": case_one_kernel,
     "two_kernels": case_two_kernels,
     "range_replay": case_two_kernels,
@@ -310,6 +337,7 @@ def main():
     rec = Recorder()
     configs = CASES[case](rec, runs)
     info = {"case": case, "runs": runs, "configs": configs, "keys": rec.keys,
+            "foreign_launches": rec.foreign,
             "torch": torch.__version__, "triton": triton.__version__,
             "device": torch.cuda.get_device_name(0)}
     with open(out, "w") as f:
@@ -371,6 +399,35 @@ def _expected_by_key(child: dict[str, Any], replay_mode: str) -> list[dict[str, 
     return rows
 
 
+def _foreign_command(
+    ncu: str, metrics: list[str], report: Path, log: Path, target: list[str]
+) -> list[str]:
+    """Plain ncu flags; the kernel-name filter keeps torch's own kernels (megabytes) out."""
+    return [
+        ncu, "--nvtx", "--metrics", ",".join(metrics), "--cache-control", "all",
+        "--clock-control", "none", "-k", "regex:^(add|scale|copy)_kernel$",
+        "--log-file", str(log), "-f", "-o", str(report), *target,
+    ]  # fmt: skip
+
+
+def _foreign_expected(launches: list[list[Any]]) -> list[dict[str, Any]]:
+    """Annotation per launch as `nspy-mcp report` names foreign results (report_cmd.py)."""
+    kernels_in: dict[str, set[str]] = {}
+    for label, kernel in launches:
+        if label is not None:
+            kernels_in.setdefault(label, set()).add(kernel)
+    out = []
+    for label, kernel in launches:
+        if label is None:
+            annotation = kernel
+        elif len(kernels_in[label]) > 1:
+            annotation = f"{label}: {kernel}"
+        else:
+            annotation = label
+        out.append({"range": label, "kernel": kernel, "annotation": annotation})
+    return out
+
+
 def record_case(case: Case, ncu: str, out: Path, child: Path, runs: int) -> dict[str, Any]:
     work = out / "work"
     report = out / f"{case.name}.ncu-rep"
@@ -378,16 +435,20 @@ def record_case(case: Case, ncu: str, out: Path, child: Path, runs: int) -> dict
     record = work / f"{case.name}.child.json"
     for stale in (report, log, record):
         stale.unlink(missing_ok=True)
-    cmd = build_ncu_command(
-        ncu,
-        metrics=case.metrics,
-        cache_control="all",
-        clock_control="none",
-        replay_mode=case.replay_mode,
-        report_path=report,
-        log_path=log,
-        target_argv=[sys.executable, str(child), case.name, str(record), str(runs)],
-    )
+    target = [sys.executable, str(child), case.name, str(record), str(runs)]
+    if case.foreign:
+        cmd = _foreign_command(ncu, case.metrics, report, log, target)
+    else:
+        cmd = build_ncu_command(
+            ncu,
+            metrics=case.metrics,
+            cache_control="all",
+            clock_control="none",
+            replay_mode=case.replay_mode,
+            report_path=report,
+            log_path=log,
+            target_argv=target,
+        )
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CASE_TIMEOUT_S, check=False)
     wall = time.monotonic() - t0
@@ -422,6 +483,8 @@ def record_case(case: Case, ncu: str, out: Path, child: Path, runs: int) -> dict
             if k["error"]
         ]
         entry["child"] = {x: child_info[x] for x in ("torch", "triton", "device")}
+        if case.foreign:
+            entry["expected_foreign"] = _foreign_expected(child_info["foreign_launches"])
     if report.exists():
         entry["size_bytes"] = report.stat().st_size
         summary = _load_report_summary(report)
@@ -440,6 +503,9 @@ def _case_ok(case: Case, entry: dict[str, Any]) -> bool:
         return got is not None and got["error_class"] == case.expect_error
     if entry["report"] is None or "expected" not in entry:
         return False
+    if case.foreign:
+        names = [a["name"] for a in entry["actions"]]
+        return names == [e["kernel"] for e in entry["expected_foreign"]]
     if entry.get("size_bytes", 0) > MAX_REPORT_BYTES:
         return False
     observed = entry["observed"]
