@@ -13,7 +13,7 @@ works where the reader is not installed.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -83,8 +83,8 @@ class ExtractedReport:
     path: str
     metrics: tuple[str, ...]
     records: tuple[KernelRecord, ...]
-    kernels: dict[RunKey, tuple[str, ...]]
-    """Kernel names per run in launch order (after no filtering: ignore globs act later)."""
+    kernels: Mapping[RunKey, tuple[str, ...]]
+    """Kernel names per run in launch order, unfiltered (ignore globs act in aggregate.py)."""
     device: DeviceInfo
     actions: tuple[ActionInfo, ...]
     """Every action of the report, including those outside our domain (key None)."""

@@ -1,7 +1,197 @@
-"""Stub: filled in by its issue."""
+"""`nspy-mcp report FILE`: rows from any existing .ncu-rep, on a machine without a GPU.
+
+Reports from our worker carry `RunKey` ranges in NVTX domain "nspy"; their rows are grouped
+by those keys exactly as a profile job would group them. A foreign report (any other ncu
+run) has no such keys, so each launch counts as one run of an annotation named after its
+innermost NVTX range, or after its kernel when it ran outside any range. A range holding
+several different kernels gives one annotation per kernel ("range: kernel"), because runs
+of different kernels are not samples of one quantity.
+
+Without a request to say how to fold several kernels of one call, durations are summed
+(serial kernels' times add up) and any other metric needs one kernel per call.
+"""
 
 from __future__ import annotations
 
+import csv
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-def run_report(path: str, *, fmt: str) -> int:
-    raise NotImplementedError("run_report")
+from nsight_core.aggregate import (
+    RowContext,
+    RunValues,
+    aggregate_rows,
+    lower_is_better,
+    reduce_runs,
+)
+from nsight_core.errors import NsightCoreError
+from nsight_core.extract import ActionInfo, ExtractedReport, KernelRecord, extract_records
+from nsight_core.protocol import RunKey
+from nsight_core.request import KernelsSpec, Reducer
+from nsight_core.results import Row
+
+FORMATS = ("table", "json", "csv")
+_TABLE_COLUMNS = (
+    "Annotation",
+    "ConfigId",
+    "Metric",
+    "Unit",
+    "AvgValue",
+    "StdDev",
+    "CI95",
+    "Runs",
+    "Kernel",
+    "Trust",
+)
+
+
+def _reducers(report: ExtractedReport) -> dict[str, Reducer]:
+    units: dict[str, str] = {}
+    for rec in report.records:
+        units.setdefault(rec.metric, rec.unit)
+    return {m: ("sum" if lower_is_better(m, units.get(m)) else "none") for m in report.metrics}
+
+
+def _own_run_values(report: ExtractedReport) -> RunValues:
+    """Expected runs: every run index up to the highest seen per (annotation, config)."""
+    highest: dict[tuple[str, int], int] = {}
+    for key in report.kernels:
+        group = (key.annotation, key.config_id)
+        highest[group] = max(highest.get(group, -1), key.run)
+    expected = [RunKey(a, c, r) for (a, c), top in highest.items() for r in range(top + 1)]
+    spec = KernelsSpec(combine=_reducers(report))
+    return reduce_runs(report.records, expected, report.metrics, spec)
+
+
+def _foreign_label(action: ActionInfo) -> str | None:
+    if not action.nvtx_ranges:
+        return None
+    label = action.nvtx_ranges[-1].removesuffix("/")
+    return label.removeprefix("<default domain>@")
+
+
+def _foreign_run_values(report: ExtractedReport) -> RunValues:
+    kernels_in: dict[str, set[str]] = {}
+    for act in report.actions:
+        label = _foreign_label(act)
+        if label is not None:
+            kernels_in.setdefault(label, set()).add(act.kernel)
+    runs: dict[str, int] = {}
+    records: list[KernelRecord] = []
+    for act in report.actions:
+        label = _foreign_label(act)
+        if label is None:
+            annotation = act.kernel
+        elif len(kernels_in[label]) > 1:
+            annotation = f"{label}: {act.kernel}"
+        else:
+            annotation = label
+        key = RunKey(annotation, 0, runs.get(annotation, 0))
+        runs[annotation] = key.run + 1
+        records += [
+            KernelRecord(key, act.kernel, act.demangled, m, value, unit, act.seq)
+            for m, (value, unit) in act.values.items()
+        ]
+    expected = [RunKey(a, 0, r) for a, n in runs.items() for r in range(n)]
+    return reduce_runs(records, expected, report.metrics, KernelsSpec())
+
+
+def rows_from_report(report: ExtractedReport) -> list[Row]:
+    """Rows of an extracted report, ours or foreign (see the module docstring)."""
+    run_values = _foreign_run_values(report) if report.foreign else _own_run_values(report)
+    replay = "range" if any(a.workload == "range" for a in report.actions) else "kernel"
+    ctx = RowContext(backend="ncu", gpu=report.device.display_name, replay_mode=replay)
+    return aggregate_rows(run_values, ctx)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _table_cells(row: Row) -> dict[str, str]:
+    ci = (
+        "-"
+        if row.CI95_Lower is None or row.CI95_Upper is None
+        else f"[{_num(row.CI95_Lower)}, {_num(row.CI95_Upper)}]"
+    )
+    return {
+        "Annotation": row.Annotation,
+        "ConfigId": str(row.ConfigId),
+        "Metric": row.Metric,
+        "Unit": row.Unit or "-",
+        "AvgValue": _num(row.AvgValue),
+        "StdDev": _num(row.StdDev),
+        "CI95": ci,
+        "Runs": f"{row.NumRuns}/{row.RequestedRuns}",
+        "Kernel": row.Kernel or "-",
+        "Trust": row.Trust,
+    }
+
+
+def _write_table(report: ExtractedReport, rows: Sequence[Row]) -> None:
+    kind = "foreign report" if report.foreign else "nspy report"
+    sys.stdout.write(
+        f"{report.path}: {kind}, {len(report.actions)} results, "
+        f"GPU {report.device.display_name or 'unknown'}\n"
+    )
+    cells = [_table_cells(r) for r in rows]
+    widths = {c: max([len(c), *(len(x[c]) for x in cells)]) for c in _TABLE_COLUMNS}
+    sys.stdout.write("  ".join(c.ljust(widths[c]) for c in _TABLE_COLUMNS).rstrip() + "\n")
+    for x in cells:
+        sys.stdout.write("  ".join(x[c].ljust(widths[c]) for c in _TABLE_COLUMNS).rstrip() + "\n")
+    for row in rows:
+        if row.Trust != "ok":
+            why = "; ".join([*([row.Error] if row.Error else []), *row.Reasons])
+            sys.stdout.write(f"- {row.Annotation} c{row.ConfigId} {row.Metric}: {why}\n")
+
+
+def _write_json(report: ExtractedReport, rows: Sequence[Row]) -> None:
+    doc = {
+        "report": report.path,
+        "foreign": report.foreign,
+        "gpu": report.device.display_name,
+        "metrics": list(report.metrics),
+        "rows": [r.model_dump(mode="json") for r in rows],
+    }
+    sys.stdout.write(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, list | dict):
+        return json.dumps(value, allow_nan=False)
+    return "" if value is None else value
+
+
+def _write_csv(rows: Sequence[Row]) -> None:
+    fields = list(Row.model_fields)
+    writer = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        dumped = row.model_dump(mode="json")
+        writer.writerow({f: _csv_value(dumped[f]) for f in fields})
+
+
+def run_report(path: str, *, fmt: str, metrics: Sequence[str] | None = None) -> int:
+    """Write rows of the report at ``path`` to stdout; 2 (and a stderr line) if unreadable."""
+    if fmt not in FORMATS:
+        sys.stderr.write(f"nspy-mcp report: format {fmt!r} is not one of {', '.join(FORMATS)}\n")
+        return 2
+    if not Path(path).is_file():
+        sys.stderr.write(f"nspy-mcp report: {path}: no such file\n")
+        return 2
+    try:
+        report = extract_records(path, metrics)
+    except NsightCoreError as exc:
+        sys.stderr.write(f"nspy-mcp report: {path}: {exc}\n")
+        return 2
+    rows = rows_from_report(report)
+    if fmt == "json":
+        _write_json(report, rows)
+    elif fmt == "csv":
+        _write_csv(rows)
+    else:
+        _write_table(report, rows)
+    return 0
