@@ -1,0 +1,243 @@
+"""Output comparison, mutation, aliasing and determinism checks on numpy and CPU torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from nsight_core.check import (
+    DEFAULT_TOLERANCES,
+    aliased,
+    clone_args,
+    compare_outputs,
+    default_tolerance,
+    mutated,
+    same_result,
+    snapshot_inputs,
+)
+
+
+def cmp(expected: Any, actual: Any, **tol: float) -> Any:
+    return compare_outputs(expected, actual, atol=tol.get("atol"), rtol=tol.get("rtol"))
+
+
+@pytest.mark.parametrize("make", [np.arange, torch.arange])
+def test_equal_arrays_pass_with_zero_error(make: Any) -> None:
+    x = make(12, dtype=np.float32 if make is np.arange else torch.float32).reshape(3, 4)
+    diff = cmp(x, x + 0)
+    assert diff.passed
+    assert (diff.max_abs_error, diff.mismatch_count, diff.reason) == (0.0, 0, "")
+
+
+def test_float32_within_default_tolerance_passes_and_beyond_fails() -> None:
+    x = torch.linspace(1, 2, 100)
+    assert cmp(x, x * (1 + 2e-6)).passed
+    far = x.clone()
+    far[57] += 1e-3
+    diff = cmp(x, far)
+    assert not diff.passed
+    assert diff.kind == "values"
+    assert diff.mismatch_count == 1
+    assert diff.first_bad_index == [57]
+    assert diff.max_abs_error == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_first_bad_index_is_a_multi_index_in_c_order() -> None:
+    e = np.zeros((4, 5, 6))
+    a = e.copy()
+    a[2, 3, 1] = 1.0
+    a[3, 0, 0] = 1.0
+    diff = cmp(e, a)
+    assert diff.first_bad_index == [2, 3, 1]
+    assert diff.mismatch_count == 2
+
+
+def test_non_contiguous_tensors_compare_in_logical_order() -> None:
+    e = torch.arange(12.0).reshape(3, 4)
+    a = e.t().contiguous().t()
+    assert cmp(e, a).passed
+    a = a.clone()
+    a[1, 2] = -1
+    assert cmp(e, a).first_bad_index == [1, 2]
+
+
+def test_explicit_tolerances_override_the_dtype_defaults() -> None:
+    e = np.ones(10, dtype=np.float32)
+    assert not cmp(e, e + np.float32(1e-3)).passed
+    assert cmp(e, e + np.float32(1e-3), atol=2e-3).passed
+    assert cmp(e, e + np.float32(1e-3), rtol=2e-3).passed
+
+
+def test_float16_default_catches_a_bfloat16_downgrade() -> None:
+    x = torch.rand(1000, dtype=torch.float32) + 0.5
+    assert not cmp(x, x.to(torch.bfloat16).to(torch.float32)).passed
+    h = x.to(torch.bfloat16)
+    assert cmp(h, h.clone()).passed
+
+
+def test_integers_compare_exactly() -> None:
+    e = np.arange(10, dtype=np.int64)
+    a = e.copy()
+    a[4] += 1
+    diff = cmp(e, a)
+    assert not diff.passed and diff.first_bad_index == [4]
+
+
+def test_nan_in_the_same_place_passes_and_misplaced_nan_fails() -> None:
+    e = torch.tensor([1.0, float("nan"), 3.0])
+    assert cmp(e, e.clone()).passed
+    diff = cmp(e, torch.tensor([float("nan"), 2.0, 3.0]))
+    assert not diff.passed
+    assert diff.mismatch_count == 2
+    assert diff.first_bad_index == [0]
+
+
+def test_infinity_must_match_in_place_and_sign() -> None:
+    e = np.array([1.0, np.inf, -np.inf])
+    assert cmp(e, e.copy()).passed
+    assert not cmp(e, np.array([1.0, -np.inf, -np.inf])).passed
+    assert not cmp(e, np.array([1.0, np.inf, 0.0])).passed
+    assert not cmp(e, np.array([1.0, np.inf, np.nan])).passed
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "kind"),
+    [
+        (torch.zeros(2, 3), torch.zeros(3, 2), "shape"),
+        (torch.zeros(3), torch.zeros(3, dtype=torch.float64), "dtype"),
+        (torch.zeros(3), torch.zeros(3, device="meta"), "device"),
+        (np.zeros(3), torch.zeros(3), "type"),
+        ((torch.zeros(1),), (torch.zeros(1), torch.zeros(1)), "structure"),
+        ({"a": np.zeros(1)}, {"b": np.zeros(1)}, "structure"),
+        ([np.zeros(1)], np.zeros(1), "type"),
+        (1.0, 1, "dtype"),
+        ("x", "y", "values"),
+    ],
+)
+def test_structure_type_shape_dtype_device_mismatches_are_named(
+    expected: Any, actual: Any, kind: str
+) -> None:
+    diff = cmp(expected, actual)
+    assert not diff.passed
+    assert diff.kind == kind
+    assert diff.mismatch_count is None
+
+
+def test_tensor_subclass_standing_in_for_the_result_fails_on_type() -> None:
+    class Lazy(torch.Tensor):
+        pass
+
+    e = torch.ones(3)
+    assert cmp(e, e.clone().as_subclass(Lazy)).kind == "type"
+
+
+def test_nested_tuples_and_dicts_name_the_failing_leaf() -> None:
+    e = (torch.ones(2), {"mean": np.zeros(3), "n": 3, "tag": "ok"})
+    a = (torch.ones(2), {"mean": np.array([0.0, 0.5, 0.0]), "n": 3, "tag": "ok"})
+    assert cmp(e, clone_args(e)).passed
+    diff = cmp(e, a)
+    assert not diff.passed
+    assert diff.path == "output[1]['mean']"
+    assert diff.first_bad_index == [1]
+
+
+def test_python_and_numpy_scalars_compare_with_tolerance() -> None:
+    assert cmp(1.0, 1.0 + 1e-9).passed
+    assert not cmp(1.0, 1.1).passed
+    assert cmp(np.float32(2.0), np.float32(2.0)).passed
+    assert cmp(3, 3).passed and not cmp(3, 4).passed
+
+
+def test_same_result_is_exact_but_treats_equal_nans_as_equal() -> None:
+    a = torch.tensor([1.0, float("nan")])
+    assert same_result(a, a.clone()).passed
+    assert not same_result(a, a + torch.tensor([1e-7, 0.0])).passed
+
+
+def test_clone_args_copies_arrays_and_keeps_scalars() -> None:
+    t, n = torch.ones(3), np.ones(3)
+    args: tuple[tuple[Any, ...], dict[str, Any]] = ((t, [n, 2.5]), {"k": t, "s": "name"})
+    c_pos, c_kw = clone_args(args)
+    assert c_pos[0] is not t and torch.equal(c_pos[0], t)
+    assert c_pos[1][0] is not n and c_pos[1][1] == 2.5
+    assert c_kw["s"] == "name"
+    c_pos[0].add_(1)
+    assert torch.equal(t, torch.ones(3))
+
+
+def test_clone_keeps_requires_grad_without_sharing_the_graph() -> None:
+    t = torch.ones(2, requires_grad=True)
+    c = clone_args(t)
+    assert c.requires_grad and c.is_leaf
+
+
+def test_mutation_of_an_input_is_detected_by_name() -> None:
+    args: tuple[tuple[Any, ...], dict[str, Any]] = (
+        (torch.ones(4), np.zeros(3)),
+        {"scale": torch.ones(2), "nested": [np.ones(2)]},
+    )
+    snap = snapshot_inputs(args)
+    assert mutated(snap, args) == []
+    args[0][1][2] = 5.0
+    args[1]["nested"][0][0] = 7.0
+    assert mutated(snap, args) == ["args[1]", "nested[0]"]
+
+
+def test_writing_the_same_values_back_is_not_mutation_and_nan_inputs_are_stable() -> None:
+    x = torch.tensor([1.0, float("nan")])
+    snap = snapshot_inputs((x,))
+    x.copy_(x.clone())
+    assert mutated(snap, (x,)) == []
+
+
+def test_returning_the_input_or_a_view_of_it_is_aliasing() -> None:
+    x = torch.arange(8.0)
+    inputs: tuple[tuple[Any, ...], dict[str, Any]] = ((x,), {})
+    assert aliased(x, inputs) == ["input args[0]"]
+    assert aliased(x.view(2, 4)[1], inputs) == ["input args[0]"]
+    assert aliased((x.clone(), x[:2]), inputs) == ["input args[0] (at output[1])"]
+    assert aliased(x.clone(), inputs) == []
+
+
+def test_numpy_views_and_cross_framework_sharing_are_aliasing() -> None:
+    x = np.arange(10.0)
+    assert aliased(x[::2], {"x": x}) == ["input x"]
+    assert aliased(x[5:], {"x": x[:5]}) == ["input x"]
+    assert aliased(torch.from_numpy(x), {"x": x}) == ["input x"]
+    assert aliased(x.copy(), {"x": x}) == []
+
+
+def test_sharing_memory_with_the_reference_output_is_aliasing() -> None:
+    ref = torch.ones(4)
+    assert aliased(ref, ((torch.zeros(4),), {}), ref) == ["the reference's output"]
+    assert aliased(ref.clone(), ((torch.zeros(4),), {}), ref) == []
+
+
+def test_default_tolerance_table_covers_float_kinds_and_exact_integers() -> None:
+    assert default_tolerance("torch.float32") == DEFAULT_TOLERANCES["float32"]
+    assert default_tolerance("float8_e4m3fnuz") == DEFAULT_TOLERANCES["float8_e4m3"]
+    assert default_tolerance("int8") == default_tolerance("bool") == (0.0, 0.0)
+    assert default_tolerance("float4_e2m1fn_x2") is None
+
+
+def test_large_outputs_compare_in_chunks() -> None:
+    e = torch.zeros(3_000_000)
+    a = e.clone()
+    a[-1] = 1.0
+    diff = cmp(e, a)
+    assert diff.first_bad_index == [2_999_999]
+    assert diff.mismatch_count == 1
+
+
+def test_importing_check_does_not_import_numpy_or_torch() -> None:
+    code = (
+        "import sys, nsight_core.check\n"
+        "print(sorted(m for m in ('numpy', 'torch', 'cupy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
