@@ -36,7 +36,9 @@ VERSION_TIMEOUT_S = 30.0
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 
 _VERSION_RE = re.compile(r"Version\s+(\d+(?:\.\d+){1,3})")
-_BAD_METRIC_RE = re.compile(r"Failed to find metrics?\s+(?P<names>.+?)\s*$", re.IGNORECASE)
+_BAD_METRIC_RE = re.compile(
+    r"Failed to find metric(?:s|\(s\))?:?\s+(?P<names>.+?)\s*$", re.IGNORECASE
+)
 _ERROR_LINE_RE = re.compile(r"^==ERROR==\s*(.*)$")
 # ncu echoes the target's failing exit code; that is the worker's business, not ncu's.
 _APP_EXIT_RE = re.compile(r"application returned an error code", re.IGNORECASE)
