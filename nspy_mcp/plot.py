@@ -1,7 +1,97 @@
-"""Stub: filled in by its issue."""
+"""`nspy-mcp plot`: a PNG of speedup per candidate and config, with 95 % CI bars, for people.
+
+It reads a stored result (the same store the server writes) and draws, per metric, one
+group of bars per config and one bar per candidate; the whiskers are the paired-run 95 %
+interval, the line at 1.0 is the reference, and a hatched bar is one whose interval
+includes 1.0 (not resolvable: noise). matplotlib is the optional extra 'plot'.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from nsight_core.errors import NsightCoreError
+from nsight_core.results import Comparison, ProfileResult
+from nsight_core.store import CorruptResultError, ResultStore
+
+
+def _label(params: dict[str, Any]) -> str:
+    return "\n".join(f"{k}={v}" for k, v in params.items()) or "config"
+
+
+def draw_speedups(result: ProfileResult, output: Path) -> Path:
+    """Write the speedup chart of `result` to `output` (PNG); needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_metric: dict[str, list[Comparison]] = defaultdict(list)
+    for comp in result.comparisons:
+        if comp.Speedup is not None:
+            by_metric[comp.Metric].append(comp)
+    if not by_metric:
+        raise ValueError(
+            f"result {result.result_id} has no speedups to plot "
+            f"(status {result.status}; comparisons need a timed candidate and reference)"
+        )
+    fig, axes = plt.subplots(len(by_metric), 1, figsize=(9, 4 * len(by_metric)), squeeze=False)
+    for ax, (metric, comps) in zip(axes[:, 0], sorted(by_metric.items()), strict=True):
+        configs = sorted({c.ConfigId for c in comps})
+        params = {c.ConfigId: c.Params for c in comps}
+        candidates = sorted({c.Annotation for c in comps})
+        width = 0.8 / len(candidates)
+        for i, cand in enumerate(candidates):
+            mine = {c.ConfigId: c for c in comps if c.Annotation == cand}
+            xs, ys, lo, hi, hatch = [], [], [], [], []
+            for j, cid in enumerate(configs):
+                c = mine.get(cid)
+                if c is None or c.Speedup is None:
+                    continue
+                xs.append(j - 0.4 + width * (i + 0.5))
+                ys.append(c.Speedup)
+                lo.append(c.Speedup - (c.Speedup_CI95_Lower or c.Speedup))
+                hi.append((c.Speedup_CI95_Upper or c.Speedup) - c.Speedup)
+                hatch.append(not c.Resolvable)
+            bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=4, label=cand)
+            for bar, unresolved in zip(bars, hatch, strict=True):
+                if unresolved:
+                    bar.set_hatch("//")
+                    bar.set_alpha(0.5)
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.set_xticks(range(len(configs)), [_label(params[cid]) for cid in configs])
+        baseline = comps[0].Baseline
+        ax.set_ylabel(f"speedup over {baseline}")
+        ax.set_title(f"{metric} ({result.provenance.backend if result.provenance else '?'})")
+        ax.legend(fontsize="small")
+    fig.suptitle(f"{result.result_id}: hatched = CI includes 1.0 (not resolvable)")
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, format="png", dpi=120)
+    plt.close(fig)
+    return output
+
 
 def run_plot(result_id: str, *, output: str | None, store: str | None) -> int:
-    raise NotImplementedError("run_plot")
+    """The CLI command: 0 on success, 2 when the result or matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        sys.stderr.write(
+            "nspy-mcp plot needs matplotlib: pip install 'nspy-mcp[plot]' (or pip install matplotlib)\n"
+        )
+        return 2
+    try:
+        result = ResultStore(store).load(result_id)
+        path = draw_speedups(result, Path(output or f"{result_id}.png"))
+    except NsightCoreError as err:
+        sys.stderr.write(f"nspy-mcp plot: {err.error_class.value}: {err}\n")
+        return 2
+    except (CorruptResultError, ValueError) as err:
+        sys.stderr.write(f"nspy-mcp plot: {err}\n")
+        return 2
+    sys.stdout.write(f"wrote {path}\n")
+    return 0
