@@ -126,7 +126,7 @@ def _text_rows(lines: list[str]) -> list[QueryRow]:
             if set(rule.strip()) <= {"-", " "} and "-" in rule:
                 spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
             continue
-        if _is_noise(line) or stripped.lower().startswith("device "):
+        if _is_noise(line) or stripped.lower().startswith(("device ", "chip ")):
             continue
         if spans and len(spans) >= 2:
             parts = [

@@ -29,7 +29,19 @@ Workload = Literal["kernel", "range", "graph", "cmdlist", "subgrid", "unknown"]
 
 # Metrics every light report carries whatever was asked for; left out of the default
 # selection so that `nspy-mcp report` on a foreign report shows what was measured.
-_METADATA_PREFIXES = ("device__attribute_", "launch__", "profiler__", "numa__", "nvlink__")
+# Metadata ncu adds to every result whatever was requested (seen in the H200 fixtures:
+# device and launch attributes, topology masks, theoretical-occupancy limits).
+_METADATA_PREFIXES = (
+    "device__attribute_",
+    "launch__",
+    "profiler__",
+    "numa__",
+    "nvlink__",
+    "c2clink__",
+    "pcie__",
+    "sm__maximum_warps",
+    "smsp__maximum_warps",
+)
 
 
 @dataclass(frozen=True)
@@ -215,17 +227,21 @@ def _actions(ctx: Any) -> Iterator[Any]:
 
 
 def default_metrics(action_metric_names: Sequence[Sequence[str]]) -> list[str]:
-    """Metrics to show when none are named: time if present, else what was measured.
+    """Metrics to show when none are named: time first, then everything else measured.
 
-    "What was measured" is every metric outside the metadata every report carries
-    (device attributes, launch configuration, profiler bookkeeping).
+    "Measured" is every metric outside the metadata every report carries (device
+    attributes, launch configuration, profiler bookkeeping). A report does not say which
+    roll-ups were asked for (ncu stores .avg/.max/.min/.sum of a requested name), so all
+    are shown, except the time's own roll-ups beside ``gpu__time_duration.sum``.
     """
     present: list[str] = []
     for names in action_metric_names:
         present += [n for n in names if n not in present]
-    if DEFAULT_METRIC in present:
-        return [DEFAULT_METRIC]
-    return sorted(n for n in present if not n.startswith(_METADATA_PREFIXES))
+    measured = sorted(n for n in present if not n.startswith(_METADATA_PREFIXES))
+    if DEFAULT_METRIC not in present:
+        return measured
+    time_base = DEFAULT_METRIC.rsplit(".", 1)[0] + "."
+    return [DEFAULT_METRIC, *(n for n in measured if not n.startswith(time_base))]
 
 
 def extract_records(

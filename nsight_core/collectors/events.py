@@ -1,0 +1,127 @@
+"""The `events` backend, child side: time one call with CUDA events or a host clock.
+
+Runs inside the worker. On a GPU (torch or cupy arguments on a CUDA device) each sample is
+CUDA-event time around the call after the L2 cache was flushed by overwriting a buffer twice
+its size; on a CPU it is `perf_counter_ns` around the call. Inputs are made outside the timed
+region by the worker. The numbers include launch overhead, so they are not comparable with
+ncu's `gpu__time_duration`; rows say which backend made them.
+
+Frameworks are found through `sys.modules` (the candidate's imports), never imported here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+L2_FLUSH_FACTOR = 2
+"""Overwrite twice the L2 size so no line of the previous call's data survives."""
+
+
+@dataclass
+class Device:
+    """Where the arguments live, and how to synchronize and time there."""
+
+    kind: str  # "torch-cuda" | "cupy" | "cpu"
+    name: str = "cpu"
+    _flush_buf: Any = field(default=None, repr=False)
+
+    def sync(self) -> None:
+        if self.kind == "torch-cuda":
+            sys.modules["torch"].cuda.synchronize()
+        elif self.kind == "cupy":
+            sys.modules["cupy"].cuda.Device().synchronize()
+
+    def flush_l2(self) -> None:
+        if self.kind == "cpu":
+            return
+        if self._flush_buf is None:
+            self._flush_buf = self._alloc_flush_buffer()
+        if self.kind == "torch-cuda":
+            self._flush_buf.zero_()
+        else:
+            self._flush_buf.fill(0)
+
+    def _alloc_flush_buffer(self) -> Any:
+        if self.kind == "torch-cuda":
+            torch = sys.modules["torch"]
+            l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20))
+            return torch.empty(max(l2, 1 << 20) * L2_FLUSH_FACTOR, dtype=torch.uint8, device="cuda")
+        cupy = sys.modules["cupy"]
+        l2 = int(cupy.cuda.runtime.getDeviceProperties(0).get("l2CacheSize", 64 << 20))
+        return cupy.empty(max(l2, 1 << 20) * L2_FLUSH_FACTOR, dtype=cupy.uint8)
+
+    def time_call(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+        """Run `fn` once and return (its result, elapsed ns)."""
+        self.flush_l2()
+        self.sync()
+        if self.kind == "cpu":
+            t0 = time.perf_counter_ns()
+            out = fn()
+            return out, float(time.perf_counter_ns() - t0)
+        if self.kind == "torch-cuda":
+            torch = sys.modules["torch"]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            end.synchronize()
+            return out, float(start.elapsed_time(end)) * 1e6
+        cupy = sys.modules["cupy"]
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        out = fn()
+        end.record()
+        end.synchronize()
+        return out, float(cupy.cuda.get_elapsed_time(start, end)) * 1e6
+
+
+def _leaves(obj: Any) -> Iterable[Any]:
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _leaves(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _leaves(v)
+    else:
+        yield obj
+
+
+def detect_device(args: Any) -> Device:
+    """The device of the first GPU array among the arguments, else the CPU."""
+    torch = sys.modules.get("torch")
+    cupy = sys.modules.get("cupy")
+    for leaf in _leaves(args):
+        if torch is not None and isinstance(leaf, torch.Tensor) and leaf.is_cuda:
+            return Device("torch-cuda", f"cuda:0 ({torch.cuda.get_device_name(0)})")
+        if cupy is not None and isinstance(leaf, cupy.ndarray):
+            name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+            return Device("cupy", f"cuda:0 ({name.decode() if isinstance(name, bytes) else name})")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        # GPU work on CPU-made arguments (e.g. a candidate that moves data itself).
+        return Device("torch-cuda", f"cuda:0 ({torch.cuda.get_device_name(0)})")
+    return Device("cpu", "cpu")
+
+
+def start_timer() -> Callable[[], float]:
+    """Start timing a region (the `@kernel` mode's annotate); the stopper returns ns.
+
+    The GPU clock is used when torch has initialized CUDA (the region's work is then on
+    the GPU); otherwise the host clock after the region's work is done.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+
+        def stop_gpu() -> float:
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) * 1e6
+
+        return stop_gpu
+    t0 = time.perf_counter_ns()
+    return lambda: float(time.perf_counter_ns() - t0)

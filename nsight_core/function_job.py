@@ -1,0 +1,201 @@
+"""The `@kernel` job: run a pickled function per (config, run) in a worker, then rows.
+
+Shares the worker, the sandbox, extraction and aggregation with profile requests; only
+the job's shape differs (the function annotates itself, there is no reference check).
+`derive_metric` and `normalize_against` are applied here, per run, in the parent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sysconfig
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from nsight_core.aggregate import (
+    RowContext,
+    RunValue,
+    RunValues,
+    aggregate_rows,
+    normalize_rows,
+    reduce_runs,
+)
+from nsight_core.assemble import failure_of_error, records_from_report, records_from_samples
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.pipeline import _failure_of, provenance_of, run_worker
+from nsight_core.protocol import FunctionJob, RunKey, WorkerJob
+from nsight_core.request import KernelsSpec
+from nsight_core.results import Failure, ProfileResult
+
+Bound = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _pickle_function(func: Callable[..., Any], bound: Sequence[Bound]) -> bytes:
+    """Pickle by value whatever the worker could not import: __main__, notebooks, local files."""
+    import cloudpickle
+
+    module = inspect.getmodule(func)
+    installed = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])
+    path = getattr(module, "__file__", None) or ""
+    if module is not None and module.__name__ != "__main__" and not path.startswith(installed):
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        data: bytes = cloudpickle.dumps((func, list(bound)))
+    finally:
+        if module is not None and module.__name__ != "__main__" and not path.startswith(installed):
+            cloudpickle.unregister_pickle_by_value(module)
+    return data
+
+
+def _derive(
+    values: RunValues,
+    derive: Callable[..., Any],
+    bound: Sequence[Bound],
+) -> RunValues:
+    """Add derived metrics, computed per run from that run's values (Nsight Python's rule)."""
+    extra: dict[tuple[RunKey, str], RunValue] = {}
+    names: list[str] = []
+    base_name = getattr(derive, "__name__", "derived")
+    for key in values.expected_keys:
+        cells = [values.get(key, m) for m in values.metrics]
+        args, kwargs = bound[key.config_id] if key.config_id < len(bound) else ((), {})
+        config_values = [*args, *kwargs.values()]
+        if any(c is None or c.value is None for c in cells):
+            first = next((c for c in cells if c is not None and c.error_class), None)
+            out: Any = {base_name: None}
+            err = (first.error_class, first.error) if first else (None, None)
+        else:
+            out = derive(*[c.value for c in cells if c is not None], *config_values)
+            err = (None, None)
+        items = out.items() if isinstance(out, Mapping) else [(base_name, out)]
+        for name, item in items:
+            value, unit = item if isinstance(item, tuple) else (item, "")
+            if name not in names:
+                names.append(str(name))
+            kernels = cells[0].kernels if cells and cells[0] is not None else ()
+            extra[(key, str(name))] = RunValue(
+                key, str(name), None if value is None else float(value), unit, kernels, (), *err
+            )
+    return RunValues(
+        {**values.values, **extra},
+        values.expected_keys,
+        (*values.metrics, *names),
+        values.failures,
+        values.unexpected_keys,
+    )
+
+
+def run_function(
+    func: Callable[..., Any],
+    bound: Sequence[Bound],
+    *,
+    params: Sequence[dict[str, Any]],
+    runs: int,
+    warmup: int,
+    metrics: Sequence[str],
+    kernels: KernelsSpec,
+    cache_control: str,
+    clock_control: str,
+    backend: str,
+    time_limit_s: float,
+    job_dir: Path,
+    derive_metric: Callable[..., Any] | None = None,
+    normalize_against: str | None = None,
+) -> ProfileResult:
+    created = _now()
+    job_dir.mkdir(parents=True, exist_ok=True)
+    pickle_file = job_dir / "function.pkl"
+    pickle_file.write_bytes(_pickle_function(func, bound))
+    job = WorkerJob(
+        mode="function",
+        backend=backend,
+        function=FunctionJob(
+            pickle_file=str(pickle_file), configs=list(params), runs=runs, warmup=warmup
+        ),
+        workdir=os.getcwd(),
+    )
+    run = run_worker(
+        job,
+        job_dir,
+        time_limit_s=time_limit_s,
+        metrics=metrics,
+        cache_control=cache_control,
+        clock_control=clock_control,
+        replay_mode=kernels.replay_mode,
+    )
+    ev = run.events
+    failures: list[Failure] = [_failure_of(f) for f in ev.failures]
+    gpu = ev.done.device if ev.done else None
+    if backend == "ncu":
+        records, kept, report_gpu, extra = records_from_report(run, metrics)
+        gpu = report_gpu or gpu
+    else:
+        records, extra = records_from_samples(ev.samples)
+        kept = sorted({r.metric for r in records})
+    failures += extra
+    expected = list(dict.fromkeys(RunKey(r.annotation, r.config_id, r.run) for r in ev.ranges))
+    values = reduce_runs(records, expected, kept, kernels, failures=failures)
+    failures += [f for f in values.failures if f not in failures]
+    if derive_metric is not None:
+        values = _derive(values, derive_metric, bound)
+    ctx = RowContext(
+        configs=list(params),
+        backend=backend,
+        gpu=gpu,
+        cache_control=cache_control if backend == "ncu" else None,
+        clock_control=clock_control if backend == "ncu" else None,
+        replay_mode=kernels.replay_mode if backend == "ncu" else None,
+        check_enabled=True,
+        requested_runs=runs,
+    )
+    if normalize_against is not None:
+        if normalize_against not in {k.annotation for k in values.expected_keys}:
+            raise NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                f"Annotation {normalize_against!r} not found in data.",
+                "normalize_against must name an annotation the function enters",
+            )
+        rows = normalize_rows(values, normalize_against, ctx)
+    else:
+        rows = aggregate_rows(values, ctx)
+    if run.error is not None and not rows:
+        detail = next((f for f in failures if f.ErrorClass == run.error.error_class), None)
+        raise NsightCoreError(
+            run.error.error_class,
+            detail.Error if detail else run.error.message,
+            run.error.hint or f"job files are in {job_dir}",
+        )
+    if not expected and run.error is None:
+        raise NsightCoreError(
+            ErrorClass.NO_KERNELS,
+            "the function entered no nsight_core.annotate(...) region",
+            "wrap the code to profile in `with annotate('name'):`",
+        )
+    artifacts = dict(run.artifacts) | {"job_dir": str(job_dir)}
+    return ProfileResult(
+        result_id=job_dir.name,
+        status="done",
+        message=f"{len(rows)} rows, {len(failures)} failures",
+        created_at=created,
+        finished_at=_now(),
+        rows=rows,
+        failures=failures,
+        error=failure_of_error(run.error) if run.error is not None else None,
+        provenance=provenance_of(
+            run,
+            gpu=gpu,
+            settings={
+                "cache_control": ctx.cache_control,
+                "clock_control": ctx.clock_control,
+                "replay_mode": ctx.replay_mode,
+            },
+        ),
+        artifacts=artifacts,
+    )
