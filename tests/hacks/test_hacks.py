@@ -1,0 +1,142 @@
+"""The hack catalogue: every file here is a candidate whose header states the verdict it must get.
+
+All candidates go through the real pipeline in one job (events backend, CPU torch), against
+`_reference.softmax`, the way an agent's request would. Headers are read with `ast`, so no
+candidate code runs in the test process. A header has ``Key: value`` lines (an indented
+line continues the one above):
+
+- ``Expect: incorrect`` (check fails with ErrorClass incorrect, never timed) or ``pass``;
+- ``Expect reasons:`` text that must appear in the correctness Reasons;
+- ``Expect trust:`` allowed Trust values of the timed rows (for ``pass``);
+- ``Expect min time ns:`` a floor every timed run must reach (proves no cached fast path ran);
+- ``Runs alone:`` why the candidate gets a job of its own (the others share one worker).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nsight_core.pipeline import run_profile_job
+from nsight_core.request import CheckSpec, ProfileRequest
+from nsight_core.results import ProfileResult
+
+HERE = Path(__file__).resolve().parent
+_KEY = re.compile(
+    r"^(Hack|Expect|Expect reasons|Expect trust|Expect min time ns|Runs alone|Defence): (.*)$"
+)
+
+
+@dataclass(frozen=True)
+class Header:
+    name: str
+    fields: dict[str, str]
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}.py:candidate"
+
+    @property
+    def expect(self) -> str:
+        return self.fields["Expect"]
+
+
+def read_header(path: Path) -> Header:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    fields: dict[str, str] = {}
+    key = None
+    for line in doc.splitlines():
+        m = _KEY.match(line)
+        if m:
+            key = m[1]
+            fields[key] = m[2].strip()
+        elif key is not None and line.startswith("  "):
+            fields[key] += " " + line.strip()
+        else:
+            key = None
+    return Header(path.stem, fields)
+
+
+HEADERS = [
+    read_header(p)
+    for p in sorted(HERE.glob("*.py"))
+    if not p.name.startswith(("_", "test_", "conftest"))
+]
+
+
+def test_every_catalogue_file_has_a_complete_header() -> None:
+    assert HEADERS
+    for h in HEADERS:
+        assert {"Hack", "Expect", "Defence"} <= set(h.fields), h.name
+        assert h.expect in ("incorrect", "pass"), h.name
+    assert any(h.name.startswith("legit_") for h in HEADERS)
+    assert all(h.expect == "pass" for h in HEADERS if h.name.startswith("legit_"))
+
+
+def profile(candidates: list[str], job_dir: Path) -> ProfileResult:
+    request = ProfileRequest(
+        reference="_reference.py:softmax",
+        inputs="_reference.py:make_inputs",
+        candidates=candidates,
+        configs=[{"rows": 32, "cols": 64}],
+        backend="events",
+        runs=3,
+        warmup=1,
+        check=CheckSpec(seeds=2),
+        workdir=str(HERE),
+        time_limit_s=300,
+    )
+    return run_profile_job(request, job_dir, result_id=job_dir.name)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ProfileResult]:
+    """Candidate spec -> the result of the job it ran in."""
+    shared = [h.spec for h in HEADERS if "Runs alone" not in h.fields]
+    out = dict.fromkeys(shared, profile(shared, tmp_path_factory.mktemp("shared")))
+    for h in HEADERS:
+        if "Runs alone" in h.fields:
+            out[h.spec] = profile([h.spec], tmp_path_factory.mktemp(h.name))
+    return out
+
+
+@pytest.mark.parametrize("header", HEADERS, ids=[h.name for h in HEADERS])
+def test_candidate_gets_the_verdict_its_header_states(
+    header: Header, results: dict[str, ProfileResult]
+) -> None:
+    result = results[header.spec]
+    verdicts = [c for c in result.correctness if c.Annotation == header.spec]
+    rows = [r for r in result.rows if r.Annotation == header.spec]
+    assert verdicts, f"no correctness verdict for {header.spec}: {result.message}"
+    reasons = " | ".join(reason for c in verdicts for reason in c.Reasons)
+    if header.expect == "incorrect":
+        assert [(c.Passed, c.ErrorClass) for c in verdicts] == [(False, "incorrect")] * len(
+            verdicts
+        ), reasons
+        # A candidate that fails the check is never timed.
+        assert all(r.NumRuns == 0 and r.Trust == "failed" for r in rows)
+    else:
+        assert all(c.Passed for c in verdicts), reasons
+        allowed = [t.strip() for t in header.fields.get("Expect trust", "ok, noisy").split(",")]
+        assert rows
+        assert all(r.Trust in allowed for r in rows), [(r.Trust, r.Reasons) for r in rows]
+        floor = header.fields.get("Expect min time ns")
+        if floor is not None:
+            assert all(r.MinValue is not None and r.MinValue >= float(floor) for r in rows)
+    expected_reason = header.fields.get("Expect reasons")
+    if expected_reason is not None:
+        assert expected_reason.lower() in reasons.lower(), reasons
+
+
+def test_the_reference_is_timed_and_trusted_in_every_job(
+    results: dict[str, ProfileResult],
+) -> None:
+    jobs = {res.result_id: res for res in results.values()}
+    for res in jobs.values():
+        rows = [r for r in res.rows if r.Annotation == "_reference.py:softmax"]
+        assert rows, res.message
+        assert all(r.Trust in ("ok", "noisy") for r in rows), [(r.Trust, r.Reasons) for r in rows]
