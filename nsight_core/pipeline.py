@@ -298,7 +298,7 @@ def run_worker(
         argv,
         cwd=job_dir,
         limits=SandboxLimits(wall_s=time_limit_s),
-        env={"PYTHONPATH": pythonpath},
+        env={"PYTHONPATH": pythonpath, **jit_cache_env()},
         cancel=cancel,
         poll=tail.poll,
         output_dir=job_dir,
@@ -344,6 +344,22 @@ def run_worker(
         wall_s=wall,
         artifacts=artifacts,
     )
+
+
+def jit_cache_env() -> dict[str, str]:
+    """Persistent JIT caches for jobs, whose HOME is a fresh private directory.
+
+    Without them every job would recompile its Triton kernels and re-JIT its PTX (seconds
+    per job); the caches hold compiler output only, keyed by source and options, so
+    sharing them between jobs cannot change a result. A caller's own settings win.
+    """
+    from platformdirs import user_cache_dir
+
+    base = Path(user_cache_dir("nspy-mcp"))
+    env = {}
+    for var, sub in (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "cuda")):
+        env[var] = os.environ.get(var) or str(base / sub)
+    return env
 
 
 def provenance_of(

@@ -1,0 +1,43 @@
+"""05: two implementations of softmax in one `@kernel` function, normalized per run (GPU).
+
+With ``normalize_against="torch"`` every run's value is divided by the same run's torch
+value (paired ratios), so the unit becomes 'ratio' and the spread is the spread of ratios.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from nsight_core.annotation import annotate
+from nsight_core.api import ProfileResults, kernel
+
+NEEDS_GPU = True
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+@kernel(configs=[(4096, 1024), (4096, 4096)], runs=3, normalize_against="torch")
+def softmax(rows: int, cols: int) -> None:
+    import gpu_softmax
+
+    x = torch.randn(rows, cols, device="cuda")
+    with annotate("torch"):
+        torch.softmax(x, dim=-1)
+    with annotate("triton"):
+        gpu_softmax.triton_softmax(x)
+
+
+def main() -> ProfileResults:
+    results = softmax()
+    print(results.to_dataframe()[["Annotation", "rows", "cols", "AvgValue", "Unit", "Normalized"]])
+    for row in results.rows:
+        assert row.Unit == "ratio" and row.Normalized == "torch"
+        if row.Annotation == "torch":
+            assert row.AvgValue == 1.0
+    return results
+
+
+if __name__ == "__main__":
+    main()

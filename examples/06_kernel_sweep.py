@@ -1,0 +1,32 @@
+"""06: a parameter sweep with `@kernel`: one row per size, configs given at call time (GPU)."""
+
+from __future__ import annotations
+
+import torch
+
+from nsight_core.annotation import annotate
+from nsight_core.api import ProfileResults, kernel
+
+NEEDS_GPU = True
+SIZES = [1 << 16, 1 << 20, 1 << 24]
+
+
+@kernel(runs=3)
+def scale(n: int) -> None:
+    x = torch.randn(n, device="cuda")
+    with annotate("scale"):
+        x * 2.0
+
+
+def main() -> ProfileResults:
+    results = scale(configs=SIZES)
+    frame = results.to_dataframe()
+    print(frame[["n", "AvgValue", "StdDev", "CI95_Lower", "CI95_Upper", "Trust"]])
+    assert list(frame["n"]) == SIZES
+    times = list(frame["AvgValue"])
+    assert times[-1] > times[0], "a 256x larger tensor must take longer"
+    return results
+
+
+if __name__ == "__main__":
+    main()

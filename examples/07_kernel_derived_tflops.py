@@ -1,0 +1,39 @@
+"""07: a derived metric: matmul TFLOP/s from gpu__time_duration, computed per run (GPU).
+
+`derive_metric` gets the run's metric values followed by the config's arguments and
+returns ``(value, unit)``; it is applied to every run, then aggregated like any metric.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nsight_core.annotation import annotate
+from nsight_core.api import ProfileResults, kernel
+
+NEEDS_GPU = True
+
+
+def tflops(time_ns: float, n: int) -> tuple[float, str]:
+    return 2 * n**3 / time_ns / 1e3, "TFLOP/s"
+
+
+@kernel(configs=[(2048,), (4096,)], runs=3, derive_metric=tflops)
+def matmul(n: int) -> None:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    with annotate("bf16 matmul"):
+        a @ b
+
+
+def main() -> ProfileResults:
+    results = matmul()
+    derived = [r for r in results.rows if r.Metric == "tflops"]
+    for r in derived:
+        print(f"n={r.Params['n']}: {r.AvgValue:.1f} {r.Unit} ({r.Kernel})")
+    assert len(derived) == 2 and all(r.Unit == "TFLOP/s" and (r.AvgValue or 0) > 1 for r in derived)
+    return results
+
+
+if __name__ == "__main__":
+    main()
