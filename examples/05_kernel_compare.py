@@ -15,11 +15,12 @@ from nsight_core.annotation import annotate
 from nsight_core.api import ProfileResults, kernel
 
 NEEDS_GPU = True
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = str(Path(__file__).resolve().parent)
 
 
 @kernel(configs=[(4096, 1024), (4096, 4096)], runs=3, normalize_against="torch")
 def softmax(rows: int, cols: int) -> None:
+    sys.path.insert(0, HERE)  # the body runs in the worker process: make the kernels importable
     import gpu_softmax
 
     x = torch.randn(rows, cols, device="cuda")

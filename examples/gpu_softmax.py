@@ -32,8 +32,8 @@ def wrong_softmax(x: Any) -> Any:
     return torch.softmax(x, dim=0)
 
 
-@triton.jit  # type: ignore[untyped-decorator]
-def _softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+@triton.jit  # type: ignore[untyped-decorator,unused-ignore]
+def _softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def,unused-ignore]
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n_cols

@@ -633,6 +633,19 @@ def check_metric(idx: CatalogIndex, name: str) -> MetricCheck:
             + (f" or {full[1]}" if len(full) > 1 else "")
             + f" ({len(ordered)} valid suffixes)",
         )
+    completions = [f"{info.name}.{s}" for s in ordered if s.startswith(suffix + ".")]
+    if completions:
+        # A roll-up without its suffix (`sm__throughput.avg`): name the completions.
+        return MetricCheck(
+            name=name,
+            status="needs_suffix",
+            valid_names=completions[:12],
+            suffix_count=len(ordered),
+            **common,
+            message=f"{raw} needs a suffix; did you mean {completions[0]}"
+            + (f" or {completions[1]}" if len(completions) > 1 else "")
+            + "?",
+        )
     sugg = _suggest(idx, raw)
     return MetricCheck(
         name=name,

@@ -177,6 +177,14 @@ def test_shipped_gh100_base_name_gets_suffix_advice() -> None:
 
 
 @needs_shipped_gh100
+def test_shipped_gh100_rollup_without_suffix_names_its_completions() -> None:
+    (c,) = validate_metrics(["sm__throughput.avg"], chip="gh100", source="shipped").metrics
+    assert c.status == "needs_suffix"
+    assert c.valid_names[0] == "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+    assert all(n.startswith("sm__throughput.avg.") for n in c.valid_names)
+
+
+@needs_shipped_gh100
 def test_shipped_gh100_typos_get_the_right_suggestions() -> None:
     checks = validate_metrics(
         [

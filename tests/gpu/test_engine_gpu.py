@@ -1,0 +1,158 @@
+"""The engine on a real GPU: ncu rows, correctness with CUDA tensors, every bad end.
+
+Run on a GPU host: ``python -m pytest -m gpu -s`` (tools/gpu_check.sh). Each test prints
+the numbers the closing notes quote.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from nsight_core.errors import ErrorClass
+from nsight_core.pipeline import run_profile_job
+from nsight_core.request import ProfileRequest
+from nsight_core.results import ProfileResult
+
+pytestmark = pytest.mark.gpu
+HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parents[1] / "examples"
+
+
+def _run(tmp_path: Path, name: str, **fields: object) -> tuple[ProfileResult, float]:
+    fields.setdefault("workdir", str(HERE))
+    fields.setdefault("inputs", "gpu_cases.py:make_inputs")
+    fields.setdefault("reference", "gpu_cases.py:ref")
+    fields.setdefault("configs", [{"n": 1 << 20}])
+    request = ProfileRequest.model_validate(fields)
+    t0 = time.monotonic()
+    result = run_profile_job(request, tmp_path / name, result_id=name)
+    wall = time.monotonic() - t0
+    print(f"\n[{name}] {wall:.2f} s: {result.status}: {result.message}")
+    return result, wall
+
+
+def test_ncu_rows_for_a_passing_candidate_and_failures_are_named(tmp_path: Path) -> None:
+    result, _ = _run(
+        tmp_path,
+        "ncu-mixed",
+        candidates=[
+            "gpu_cases.py:good",
+            "gpu_cases.py:wrong",
+            "gpu_cases.py:mutates",
+            "gpu_cases.py:raises",
+        ],
+        metrics=["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+        runs=3,
+        backend="ncu",
+    )
+    for row in result.rows:
+        print(
+            f"  {row.Annotation} {row.Metric} {row.AvgValue} {row.Unit} n={row.NumRuns} {row.Trust} {row.Kernel}"
+        )
+    verdicts = {c.Annotation: c for c in result.correctness}
+    for c in verdicts.values():
+        print(f"  check {c.Annotation}: passed={c.Passed} {c.ErrorClass} {c.Reasons}")
+    assert result.status == "done"
+    assert verdicts["gpu_cases.py:good"].Passed
+    assert verdicts["gpu_cases.py:wrong"].ErrorClass == ErrorClass.INCORRECT
+    assert verdicts["gpu_cases.py:mutates"].ErrorClass == ErrorClass.INCORRECT
+    assert verdicts["gpu_cases.py:raises"].ErrorClass == ErrorClass.RUNTIME_ERROR
+    timed = {r.Annotation for r in result.rows}
+    assert timed == {"gpu_cases.py:ref", "gpu_cases.py:good"}
+    units = {r.Metric: r.Unit for r in result.rows}
+    assert units == {
+        "gpu__time_duration.sum": "ns",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed": "%",
+    }
+    assert all(r.NumRuns == 3 and r.GPU and "H200" in r.GPU for r in result.rows)
+    assert result.comparisons and result.comparisons[0].Speedup is not None
+
+
+def test_unknown_metric_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    result, wall = _run(
+        tmp_path,
+        "bad-metric",
+        candidates=["gpu_cases.py:good"],
+        metrics=["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustaned_elapsed"],
+        backend="ncu",
+    )
+    assert result.status == "failed" and result.error is not None
+    assert result.error.ErrorClass == ErrorClass.INVALID_METRIC
+    assert wall < 5, "validation must not start a job"
+
+
+@pytest.mark.parametrize(
+    ("candidate", "expected"),
+    [("gpu_cases.py:segfaults", ErrorClass.CRASHED), ("gpu_cases.py:exits", ErrorClass.CRASHED)],
+)
+def test_a_candidate_that_kills_its_cuda_process_ends_as_crashed(
+    tmp_path: Path, candidate: str, expected: ErrorClass
+) -> None:
+    result, _ = _run(tmp_path, candidate.split(":")[1], candidates=[candidate], backend="events")
+    assert result.error is not None and result.error.ErrorClass == expected
+    print(f"  {result.error.ErrorClass}: {result.error.Error[:200]}")
+
+
+def test_a_spinning_triton_kernel_is_killed_within_the_limit_and_the_gpu_is_usable_next(
+    tmp_path: Path,
+) -> None:
+    limit = 20.0
+    result, wall = _run(
+        tmp_path,
+        "spin",
+        candidates=["gpu_cases.py:spins"],
+        backend="events",
+        time_limit_s=limit,
+    )
+    assert result.error is not None and result.error.ErrorClass == ErrorClass.TIMEOUT
+    assert wall < limit + 5 + 3, f"job took {wall:.1f} s for a {limit} s limit"
+    t0 = time.monotonic()
+    after, after_wall = _run(
+        tmp_path, "after-spin", candidates=["gpu_cases.py:good"], backend="ncu", runs=3
+    )
+    print(
+        f"  spin job ended after {wall:.2f} s (limit {limit} s); next ncu job {after_wall:.2f} s, started {time.monotonic() - t0 - after_wall:.2f} s after"
+    )
+    assert after.status == "done" and after.rows and all(r.NumRuns == 3 for r in after.rows)
+
+
+def test_events_backend_times_cuda_candidates_with_cuda_events(tmp_path: Path) -> None:
+    result, _ = _run(
+        tmp_path, "events-gpu", candidates=["gpu_cases.py:good"], backend="events", runs=10
+    )
+    assert result.status == "done"
+    assert result.provenance is not None and "H200" in (result.provenance.gpu or "")
+    for row in result.rows:
+        print(f"  {row.Annotation} {row.AvgValue:.0f} ns RSD {row.RelativeStdDevPct} % {row.Trust}")
+        assert row.NumRuns == 10 and row.Backend == "events"
+
+
+def test_environment_probe_deep_on_the_gpu() -> None:
+    from nsight_core.probe import probe_environment
+
+    report = probe_environment(deep=True, refresh=True)
+    text = report.model_dump_json(indent=1)
+    print(text[:4000])
+    available = {b.name for b in report.backends if b.available}
+    assert "ncu" in available and "events" in available
+
+
+def test_validate_metrics_live_against_ncu() -> None:
+    from nsight_core.catalog import validate_metrics
+
+    report = validate_metrics(
+        [
+            "gpu__time_duration.sum",
+            "dram__throughput.avg.pct_of_peak_sustaned_elapsed",
+            "dram__throughput",
+        ],
+        source="live",
+    )
+    for m in report.metrics:
+        print(f"  {m.name}: {m.status} {m.suggestions[:3]}")
+    statuses = [m.status for m in report.metrics]
+    assert statuses == ["valid", "unknown", "needs_suffix"]
+    assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" in report.metrics[1].suggestions

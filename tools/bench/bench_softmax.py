@@ -1,0 +1,207 @@
+"""Softmax sweep: our two routes against a hand-written raw `ncu` CLI run, in one command.
+
+Run on a GPU host with ncu, torch and triton (tools/gpu_check.sh does):
+
+    python tools/bench/bench_softmax.py [--json OUT.json]
+
+The workload is Nsight Python's softmax example: torch softmax against a one-kernel Triton
+softmax (examples/gpu_softmax.py), shapes 4096x1024 and 4096x4096, 3 runs each, metrics
+gpu__time_duration.sum and dram__throughput.avg.pct_of_peak_sustained_elapsed,
+--cache-control all --clock-control none.
+
+1. raw: a hand-written NVTX script under a plain ncu command line (the baseline; run twice
+   to show its own spread), read back with ncu_report directly, not with our extraction;
+2. kernel: the same work through `@nsight_core.api.kernel`;
+3. mcp: the same kernels as a ProfileRequest (with its correctness check, 3 seeds) through
+   `profile_candidates` over an MCP stdio session, then `read_results`.
+
+It prints, per (annotation, shape, metric), each route's AvgValue and its deviation from the
+raw value, and each route's wall time divided by the raw run's (goals: kernel <= 1.2,
+mcp <= 1.1). Ratios are measured in this same command, never against a stored number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+sys.path[:0] = [str(ROOT), str(EXAMPLES)]
+
+METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed"]
+SHAPES = [(4096, 1024), (4096, 4096)]
+RUNS = 3
+NAMES = {"torch": "gpu_softmax.py:torch_softmax", "triton": "gpu_softmax.py:triton_softmax"}
+
+RAW_SCRIPT = """
+import sys, nvtx, torch
+sys.path.insert(0, {examples!r})
+import gpu_softmax as k
+fns = {{"torch": k.torch_softmax, "triton": k.triton_softmax}}
+for c, (rows, cols) in enumerate({shapes!r}):
+    for f in fns.values():  # warm-up outside the ranges
+        f(k.make_inputs(rows, cols)[0]); torch.cuda.synchronize()
+    for r in range({runs}):
+        for name, f in fns.items():
+            (x,) = k.make_inputs(rows, cols); torch.cuda.synchronize()
+            rid = nvtx.start_range(message=f"c{{c}}:r{{r}}:{{name}}", domain="nspy")
+            f(x); torch.cuda.synchronize()
+            nvtx.end_range(rid)
+"""
+
+
+def run_raw(work: Path, tag: str) -> tuple[float, dict[tuple[str, int, str], float]]:
+    script = work / "raw_softmax.py"
+    script.write_text(RAW_SCRIPT.format(examples=str(EXAMPLES), shapes=SHAPES, runs=RUNS))
+    report = work / f"raw-{tag}.ncu-rep"
+    cmd = [
+        os.environ.get("NSPY_NCU", "ncu"), "--nvtx", "--nvtx-include", "regex:nspy@.+",
+        "--metrics", ",".join(METRICS), "--cache-control", "all", "--clock-control", "none",
+        "--target-processes", "all", "-f", "-o", str(report), sys.executable, str(script),
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    wall = time.monotonic() - t0
+    import ncu_report
+
+    samples: dict[tuple[str, int, str], list[float]] = {}
+    ctx = ncu_report.load_report(str(report))
+    for rng in ctx:
+        for i in range(len(rng)):
+            action = rng[i]
+            state = action.nvtx_state()
+            name = next(
+                state.domain_by_id(d).start_end_range(0).name()
+                for d in state.domains()
+                if state.domain_by_id(d).name() == "nspy"
+            )
+            config, _run, ann = name.split(":", 2)
+            for m in METRICS:
+                key = (NAMES[ann], int(config[1:]), m)
+                samples.setdefault(key, []).append(float(action.metric_by_name(m).value()))
+    return wall, {k: statistics.fmean(v) for k, v in samples.items()}
+
+
+def run_kernel_api() -> tuple[float, dict[tuple[str, int, str], float]]:
+    import torch
+
+    from nsight_core.annotation import annotate
+    from nsight_core.api import kernel
+
+    @kernel(configs=SHAPES, runs=RUNS, metrics=METRICS)
+    def softmax(rows: int, cols: int) -> None:
+        sys.path.insert(0, str(EXAMPLES))  # runs in the worker: make the kernels importable
+        import gpu_softmax as k
+
+        x = k.make_inputs(rows, cols)[0]
+        with annotate(NAMES["torch"]):
+            k.torch_softmax(x)
+        x = k.make_inputs(rows, cols)[0]
+        torch.cuda.synchronize()
+        with annotate(NAMES["triton"]):
+            k.triton_softmax(x)
+
+    t0 = time.monotonic()
+    results = softmax()
+    wall = time.monotonic() - t0
+    return wall, {
+        (r.Annotation, r.ConfigId, r.Metric): r.AvgValue or float("nan") for r in results.rows
+    }
+
+
+async def _mcp(store: str) -> tuple[float, dict[tuple[str, int, str], float], str]:
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "nspy_mcp", "serve", "--store", store],
+        env=dict(os.environ),
+    )
+    request = {
+        "reference": NAMES["torch"],
+        "candidates": [NAMES["triton"]],
+        "inputs": "gpu_softmax.py:make_inputs",
+        "workdir": str(EXAMPLES),
+        "configs": [{"rows": r, "cols": c} for r, c in SHAPES],
+        "metrics": METRICS,
+        "runs": RUNS,
+        "backend": "ncu",
+        "wait_s": 600,
+    }
+    async with Client(params) as client:
+        t0 = time.monotonic()
+        answer = await client.call_tool("profile_candidates", {"request": request})
+        wall = time.monotonic() - t0
+        if answer.is_error or answer.structured_content is None:
+            raise RuntimeError(str(answer.content))
+        result_id = answer.structured_content["result_id"]
+        read = await client.call_tool("read_results", {"result_id": result_id})
+        if read.is_error or read.structured_content is None:
+            raise RuntimeError(str(read.content))
+    doc = json.dumps(read.structured_content)
+    rows = answer.structured_content["rows"]
+    values = {(r["Annotation"], r["ConfigId"], r["Metric"]): r["AvgValue"] for r in rows}
+    return wall, values, doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    args = p.parse_args(argv)
+    import anyio
+
+    with tempfile.TemporaryDirectory(prefix="nspy-bench-") as tmp:
+        work = Path(tmp)
+        raw1, raw_values = run_raw(work, "1")
+        kernel_wall, kernel_values = run_kernel_api()
+        mcp_wall, mcp_values, read_doc = anyio.run(_mcp, str(work / "store"))
+        raw2, _ = run_raw(work, "2")
+    raw = min(raw1, raw2)
+    lines = [
+        f"{'annotation':30} {'shape':10} {'metric':52} {'raw':>10} {'kernel':>10} {'dev%':>6} {'mcp':>10} {'dev%':>6}"
+    ]
+    worst = 0.0
+    for (ann, cid, metric), base in sorted(raw_values.items()):
+        k = kernel_values.get((ann, cid, metric), float("nan"))
+        m = mcp_values.get((ann, cid, metric), float("nan"))
+        dk, dm = 100 * (k - base) / base, 100 * (m - base) / base
+        worst = max(worst, abs(dk), abs(dm))
+        shape = "x".join(map(str, SHAPES[cid]))
+        lines.append(
+            f"{ann:30} {shape:10} {metric:52} {base:10.4g} {k:10.4g} {dk:6.2f} {m:10.4g} {dm:6.2f}"
+        )
+    lines.append(f"largest AvgValue deviation from raw ncu: {worst:.2f} % (goal 2 %)")
+    lines.append(
+        f"wall: raw {raw1:.2f} s / {raw2:.2f} s (baseline {raw:.2f}); @kernel {kernel_wall:.2f} s "
+        f"= {kernel_wall / raw:.3f}x (goal <= 1.2); MCP profile_candidates {mcp_wall:.2f} s "
+        f"= {mcp_wall / raw:.3f}x (goal <= 1.1)"
+    )
+    sys.stdout.write("\n".join(lines) + "\n")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "raw_wall_s": [raw1, raw2],
+                    "kernel_wall_s": kernel_wall,
+                    "mcp_wall_s": mcp_wall,
+                    "raw": {str(k): v for k, v in raw_values.items()},
+                    "kernel": {str(k): v for k, v in kernel_values.items()},
+                    "mcp": {str(k): v for k, v in mcp_values.items()},
+                    "read_results": json.loads(read_doc),
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
