@@ -28,6 +28,7 @@ def draw_speedups(result: ProfileResult, output: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     by_metric: dict[str, list[Comparison]] = defaultdict(list)
     for comp in result.comparisons:
@@ -56,7 +57,7 @@ def draw_speedups(result: ProfileResult, output: Path) -> Path:
                 lo.append(c.Speedup - (c.Speedup_CI95_Lower or c.Speedup))
                 hi.append((c.Speedup_CI95_Upper or c.Speedup) - c.Speedup)
                 hatch.append(not c.Resolvable)
-            bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=4, label=cand)
+            bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=4, color=f"C{i}")
             for bar, unresolved in zip(bars, hatch, strict=True):
                 if unresolved:
                     bar.set_hatch("//")
@@ -66,7 +67,9 @@ def draw_speedups(result: ProfileResult, output: Path) -> Path:
         baseline = comps[0].Baseline
         ax.set_ylabel(f"speedup over {baseline}")
         ax.set_title(f"{metric} ({result.provenance.backend if result.provenance else '?'})")
-        ax.legend(fontsize="small")
+        # Plain patches: a legend copied from a hatched first bar would suggest all are.
+        handles = [Patch(color=f"C{i}", label=cand) for i, cand in enumerate(candidates)]
+        ax.legend(handles=handles, fontsize="small")
     fig.suptitle(f"{result.result_id}: hatched = CI includes 1.0 (not resolvable)")
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
