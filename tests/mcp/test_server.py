@@ -534,9 +534,10 @@ async def test_the_prompt_walks_the_check_validate_profile_read_loop(tmp_path: P
 
 
 async def test_a_stdio_subprocess_round_trip(tmp_path: Path) -> None:
+    # No subcommand: serving stdio is the default; the store comes from the environment.
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "nspy_mcp", "serve", "--store", str(tmp_path)],
+        args=["-m", "nspy_mcp"],
         env={**os.environ, "NSPY_MCP_STORE": str(tmp_path)},
     )
     with anyio.fail_after(120):
