@@ -84,7 +84,13 @@ for n in names:
 import sys
 sys.stdout.write("packages: " + ", ".join(out) + "\n")
 EOF
+limit 60 "$PY" -m nspy_mcp env --refresh || status=1
+echo "== nspy-mcp env --deep (a real one-kernel ncu run)"
 limit 300 "$PY" -m nspy_mcp env --refresh --deep || status=1
+echo "== nspy-mcp metrics: a valid, a misspelled and a base name"
+limit 120 "$PY" -m nspy_mcp metrics gpu__time_duration.sum \
+    dram__throughput.avg.pct_of_peak_sustaned_elapsed dram__throughput
+[ $? -le 1 ] || status=1
 
 echo "== pytest -m gpu (GPU tests and the GPU examples, via tests/test_examples.py)"
 # -s: the GPU tests print the numbers the closing notes quote. Warnings are reported, not
