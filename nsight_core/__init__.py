@@ -1,8 +1,11 @@
 """nsight_core: check and profile GPU kernel candidates with Nsight Compute; trust the numbers.
 
-Importing this package is cheap: no torch, triton, cupy or ncu_report is imported here.
+Importing this package is cheap: no torch, triton, cupy, pandas or ncu_report is imported
+here; each stage imports what it needs when it runs.
 """
 
+from nsight_core.annotation import annotate
+from nsight_core.api import ProfileResults, kernel
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, Row
@@ -12,5 +15,8 @@ __all__ = [
     "NsightCoreError",
     "ProfileRequest",
     "ProfileResult",
+    "ProfileResults",
     "Row",
+    "annotate",
+    "kernel",
 ]

@@ -33,3 +33,17 @@ def test_every_error_class_is_documented() -> None:
     text = (ROOT / "docs" / "errors.md").read_text()
     missing = [e.value for e in ErrorClass if f"`{e.value}`" not in text]
     assert missing == []
+
+
+def test_importing_nsight_core_imports_no_framework_or_report_reader() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, nsight_core; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'triton', 'cupy', 'pandas', 'numpy', 'ncu_report', 'mcp')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
