@@ -48,13 +48,6 @@ def test_metrics_with_unknown_chip_exits_2_with_the_error_class(tmp_path: Path) 
     assert json.loads(p.stdout)["error_class"] == "invalid_request"
 
 
-@pytest.mark.skipif(HAVE_GH100, reason="checks the behaviour while no catalog is shipped")
-def test_metrics_without_catalog_are_unverified_and_exit_2(tmp_path: Path) -> None:
-    p = _run(["metrics", "gpu__time_duration.sum", "--chip", "gh100", "--json"], tmp_path)
-    assert p.returncode == 2
-    assert json.loads(p.stdout)["metrics"][0]["status"] == "unverified"
-
-
 @pytest.mark.skipif(not HAVE_GH100, reason="no shipped gh100 catalog yet")
 def test_metrics_exit_1_on_a_typo_and_0_when_all_valid(tmp_path: Path) -> None:
     bad = _run(["metrics", "gpu__time_duraton.sum", "--chip", "gh100"], tmp_path)
