@@ -7,8 +7,10 @@ and runs nobody asked for, and computes every statistic here (aggregate.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from nsight_core.aggregate import (
     RowContext,
@@ -19,9 +21,9 @@ from nsight_core.aggregate import (
 )
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord, extract_records
-from nsight_core.pipeline import WorkerRun, correctness_of, provenance_of
+from nsight_core.pipeline import WorkerRun, correctness_of, failure_of_event, provenance_of
 from nsight_core.protocol import RunKey, SampleEvent
-from nsight_core.request import ProfileRequest
+from nsight_core.request import KernelsSpec, ProfileRequest
 from nsight_core.results import Failure, ProfileResult, Row
 
 EVENTS_KERNEL = "call"
@@ -109,13 +111,21 @@ def _summary(result_rows: Sequence[Row], checks: int, passed: int, failures: int
     return "; ".join(parts)
 
 
-def assemble_result(
-    request: ProfileRequest, run: WorkerRun, *, result_id: str, created_at: str
-) -> ProfileResult:
-    ev = run.events
-    from nsight_core.pipeline import _failure_of
+@dataclass(frozen=True)
+class Collected:
+    """Per-run values of a finished worker run, and every failure found on the way."""
 
-    failures = [_failure_of(f) for f in ev.failures]
+    values: RunValues
+    failures: list[Failure]
+    gpu: str | None
+
+
+def collect_values(
+    run: WorkerRun, *, backend: str, metrics: Sequence[str], kernels: KernelsSpec
+) -> Collected:
+    """The worker's events and the report (or raw samples) -> one value per run and metric."""
+    ev = run.events
+    failures = [failure_of_event(f) for f in ev.failures]
     if ev.bad_lines:
         failures.append(
             Failure(
@@ -126,17 +136,15 @@ def assemble_result(
         )
     expected = list(dict.fromkeys(RunKey(r.annotation, r.config_id, r.run) for r in ev.ranges))
     gpu = ev.done.device if ev.done else None
-    if request.backend == "ncu":
-        records, metrics, report_gpu, extra = records_from_report(run, request.metrics)
+    if backend == "ncu":
+        records, kept, report_gpu, extra = records_from_report(run, metrics)
         gpu = report_gpu or gpu
     else:
         records, extra = records_from_samples(ev.samples)
-        metrics = sorted({r.metric for r in records}) or [r.metric for r in records]
+        kept = sorted({r.metric for r in records})
     failures += extra
     run_failures = [f for f in failures if f.Run is not None or f.Phase == "profile"]
-    values: RunValues = reduce_runs(
-        records, expected, metrics, request.kernels, failures=run_failures
-    )
+    values = reduce_runs(records, expected, kept, kernels, failures=run_failures)
     failures += [f for f in values.failures if f not in failures]
     for key in values.unexpected_keys:
         failures.append(
@@ -149,19 +157,54 @@ def assemble_result(
                 Phase="collect",
             )
         )
-    ctx = RowContext(
-        configs=request.configs,
-        backend=request.backend,
+    return Collected(values, failures, gpu)
+
+
+def row_context(
+    backend: str,
+    *,
+    configs: Sequence[Mapping[str, Any]],
+    cache_control: str,
+    clock_control: str,
+    replay_mode: str,
+    check_enabled: bool,
+    runs: int,
+    gpu: str | None,
+) -> RowContext:
+    """The settings every row records; ncu's own settings only where ncu ran."""
+    ncu = backend == "ncu"
+    return RowContext(
+        configs=configs,
+        backend=backend,
         gpu=gpu,
-        cache_control=request.cache_control if request.backend == "ncu" else None,
-        clock_control=request.clock_control if request.backend == "ncu" else None,
-        replay_mode=request.kernels.replay_mode if request.backend == "ncu" else None,
+        cache_control=cache_control if ncu else None,
+        clock_control=clock_control if ncu else None,
+        replay_mode=replay_mode if ncu else None,
+        check_enabled=check_enabled,
+        requested_runs=runs,
+    )
+
+
+def assemble_result(
+    request: ProfileRequest, run: WorkerRun, *, result_id: str, created_at: str
+) -> ProfileResult:
+    got = collect_values(
+        run, backend=request.backend, metrics=request.metrics, kernels=request.kernels
+    )
+    values, failures, gpu = got.values, got.failures, got.gpu
+    ctx = row_context(
+        request.backend,
+        configs=request.configs,
+        cache_control=request.cache_control,
+        clock_control=request.clock_control,
+        replay_mode=request.kernels.replay_mode,
         check_enabled=request.check.enabled,
-        requested_runs=request.runs,
+        runs=request.runs,
+        gpu=gpu,
     )
     rows = aggregate_rows(values, ctx)
     comparisons = compare_to_reference(values, request.reference, request.candidates, ctx=ctx)
-    correctness = correctness_of(request, ev.checks)
+    correctness = correctness_of(request, run.events.checks)
     error = failure_of_error(run.error) if run.error is not None else None
     if error is not None and error.ErrorClass in (
         ErrorClass.IMPORT_ERROR,

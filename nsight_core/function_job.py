@@ -15,20 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nsight_core.aggregate import (
-    RowContext,
-    RunValue,
-    RunValues,
-    aggregate_rows,
-    normalize_rows,
-    reduce_runs,
-)
-from nsight_core.assemble import failure_of_error, records_from_report, records_from_samples
+from nsight_core.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
+from nsight_core.assemble import collect_values, failure_of_error, row_context
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.pipeline import _failure_of, provenance_of, run_worker
+from nsight_core.pipeline import provenance_of, run_worker
 from nsight_core.protocol import FunctionJob, RunKey, WorkerJob
 from nsight_core.request import KernelsSpec
-from nsight_core.results import Failure, ProfileResult
+from nsight_core.results import ProfileResult
 
 Bound = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -130,30 +123,20 @@ def run_function(
         clock_control=clock_control,
         replay_mode=kernels.replay_mode,
     )
-    ev = run.events
-    failures: list[Failure] = [_failure_of(f) for f in ev.failures]
-    gpu = ev.done.device if ev.done else None
-    if backend == "ncu":
-        records, kept, report_gpu, extra = records_from_report(run, metrics)
-        gpu = report_gpu or gpu
-    else:
-        records, extra = records_from_samples(ev.samples)
-        kept = sorted({r.metric for r in records})
-    failures += extra
-    expected = list(dict.fromkeys(RunKey(r.annotation, r.config_id, r.run) for r in ev.ranges))
-    values = reduce_runs(records, expected, kept, kernels, failures=failures)
-    failures += [f for f in values.failures if f not in failures]
+    got = collect_values(run, backend=backend, metrics=metrics, kernels=kernels)
+    values, failures, gpu = got.values, got.failures, got.gpu
+    expected = values.expected_keys
     if derive_metric is not None:
         values = _derive(values, derive_metric, bound)
-    ctx = RowContext(
+    ctx = row_context(
+        backend,
         configs=list(params),
-        backend=backend,
-        gpu=gpu,
-        cache_control=cache_control if backend == "ncu" else None,
-        clock_control=clock_control if backend == "ncu" else None,
-        replay_mode=kernels.replay_mode if backend == "ncu" else None,
+        cache_control=cache_control,
+        clock_control=clock_control,
+        replay_mode=kernels.replay_mode,
         check_enabled=True,
-        requested_runs=runs,
+        runs=runs,
+        gpu=gpu,
     )
     if normalize_against is not None:
         if normalize_against not in {k.annotation for k in values.expected_keys}:

@@ -167,7 +167,7 @@ def read_events(path: Path) -> WorkerEvents:
     return out
 
 
-def _failure_of(ev: FailureEvent) -> Failure:
+def failure_of_event(ev: FailureEvent) -> Failure:
     return Failure(
         Annotation=ev.annotation,
         ConfigId=ev.config_id,
