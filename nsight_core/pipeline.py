@@ -85,11 +85,14 @@ def _check_metrics(metrics: Sequence[str]) -> None:
     from nsight_core.catalog import validate_metrics
 
     report = validate_metrics(list(metrics))
-    bad = [m for m in report.metrics if m.status != "valid"]
+    # "unverified" (no catalog for this chip, or a regex) is left to ncu and to the
+    # report check in assemble.py; only names known to be wrong stop the job here.
+    bad = [m for m in report.metrics if m.status in ("unknown", "needs_suffix")]
     if bad:
         parts = []
         for m in bad:
-            hint = f" (did you mean {', '.join(m.suggestions[:3])}?)" if m.suggestions else ""
+            names = m.suggestions or m.valid_names
+            hint = f" (did you mean {', '.join(names[:3])}?)" if names else ""
             parts.append(f"{m.name}: {m.status}{hint}")
         raise NsightCoreError(
             ErrorClass.INVALID_METRIC,
