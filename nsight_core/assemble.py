@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from nsight_core.aggregate import (
@@ -21,21 +20,20 @@ from nsight_core.aggregate import (
 )
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord, extract_records
-from nsight_core.pipeline import WorkerRun, correctness_of, failure_of_event, provenance_of
+from nsight_core.pipeline import (
+    WorkerRun,
+    correctness_of,
+    failure_of_error,
+    failure_of_event,
+    provenance_of,
+    utc_now,
+)
 from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.request import KernelsSpec, ProfileRequest
 from nsight_core.results import Failure, ProfileResult, Row
 
 EVENTS_KERNEL = "call"
 """Kernel name of events-backend records: the sample times the whole call, not a kernel."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def failure_of_error(err: NsightCoreError, phase: str | None = None) -> Failure:
-    return Failure(ErrorClass=err.error_class, Error=err.message, Hint=err.hint, Phase=phase)
 
 
 def records_from_samples(
@@ -240,7 +238,7 @@ def assemble_result(
         status=status,
         message=message,
         created_at=created_at,
-        finished_at=_now(),
+        finished_at=utc_now(),
         rows=rows,
         comparisons=comparisons,
         correctness=correctness,

@@ -11,23 +11,18 @@ import inspect
 import os
 import sysconfig
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from nsight_core.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
-from nsight_core.assemble import collect_values, failure_of_error, row_context
+from nsight_core.assemble import collect_values, row_context
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.pipeline import provenance_of, run_worker
+from nsight_core.pipeline import failure_of_error, provenance_of, run_worker, utc_now
 from nsight_core.protocol import FunctionJob, RunKey, WorkerJob
 from nsight_core.request import KernelsSpec
 from nsight_core.results import ProfileResult
 
 Bound = tuple[tuple[Any, ...], dict[str, Any]]
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _pickle_function(func: Callable[..., Any], bound: Sequence[Bound]) -> bytes:
@@ -102,7 +97,7 @@ def run_function(
     derive_metric: Callable[..., Any] | None = None,
     normalize_against: str | None = None,
 ) -> ProfileResult:
-    created = _now()
+    created = utc_now()
     job_dir.mkdir(parents=True, exist_ok=True)
     pickle_file = job_dir / "function.pkl"
     pickle_file.write_bytes(_pickle_function(func, bound))
@@ -167,7 +162,7 @@ def run_function(
         status="done",
         message=f"{len(rows)} rows, {len(failures)} failures",
         created_at=created,
-        finished_at=_now(),
+        finished_at=utc_now(),
         rows=rows,
         failures=failures,
         error=failure_of_error(run.error) if run.error is not None else None,

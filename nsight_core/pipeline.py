@@ -50,7 +50,7 @@ ProgressCallback = Callable[[ProgressEvent], None]
 _EVENT = TypeAdapter[WorkerEvent](WorkerEvent)
 
 
-def _now() -> str:
+def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
@@ -184,7 +184,7 @@ def failure_of_event(ev: FailureEvent) -> Failure:
     )
 
 
-def _error_of(err: NsightCoreError, phase: str | None = None) -> Failure:
+def failure_of_error(err: NsightCoreError, phase: str | None = None) -> Failure:
     return Failure(ErrorClass=err.error_class, Error=err.message, Hint=err.hint, Phase=phase)
 
 
@@ -197,7 +197,7 @@ def run_profile_job(
     cancel: threading.Event | None = None,
 ) -> ProfileResult:
     """Check and profile `request` in a fresh sandboxed worker; never raises for job failures."""
-    created = _now()
+    created = utc_now()
     try:
         preflight(request)
     except NsightCoreError as err:
@@ -206,8 +206,8 @@ def run_profile_job(
             status="failed",
             message=f"{err.error_class}: {err}",
             created_at=created,
-            finished_at=_now(),
-            error=_error_of(err, "preflight"),
+            finished_at=utc_now(),
+            error=failure_of_error(err, "preflight"),
         )
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
