@@ -7,7 +7,6 @@ does not exist yet; the error-path tests always run.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,10 @@ from nsight_core.extract import RANGE_KERNEL, ExtractedReport, extract_records
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec
 from nsight_core.results import Failure
+from tests.conftest import NCU_DATA as DATA
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
 T = "gpu__time_duration.sum"
 PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
-
-
-@pytest.fixture(scope="module")
-def manifest() -> dict[str, Any]:
-    path = DATA / "manifest.json"
-    if not path.is_file():
-        pytest.skip(f"recorded fixtures not present yet: {DATA} (see tests/data/README.md)")
-    cases: dict[str, Any] = json.loads(path.read_text())["cases"]
-    return cases
 
 
 def load(manifest: dict[str, Any], case: str) -> tuple[dict[str, Any], ExtractedReport]:

@@ -20,17 +20,7 @@ from nsight_core.protocol import RunKey
 from nsight_core.results import Row
 from nspy_mcp.cli import main
 from nspy_mcp.report_cmd import rows_from_report
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
-
-
-@pytest.fixture(scope="module")
-def manifest() -> dict[str, Any]:
-    path = DATA / "manifest.json"
-    if not path.is_file():
-        pytest.skip(f"recorded fixtures not present yet: {DATA} (see tests/data/README.md)")
-    cases: dict[str, Any] = json.loads(path.read_text())["cases"]
-    return cases
+from tests.conftest import NCU_DATA as DATA
 
 
 def report_of(manifest: dict[str, Any], case: str) -> str:
