@@ -241,3 +241,26 @@ def test_importing_check_does_not_import_numpy_or_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_torch_and_numpy_paths_give_the_same_verdict_on_the_same_values() -> None:
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(7)
+    expected = rng.standard_normal((64, 33)).astype(np.float32)
+    actual = expected.copy()
+    actual[3, 5] += 1e-2
+    actual[40, 0] = np.nan
+    expected[10, 10] = actual[10, 10] = np.inf
+    host = compare_outputs(expected, actual, atol=None, rtol=None)
+    device = compare_outputs(
+        torch.from_numpy(expected), torch.from_numpy(actual), atol=None, rtol=None
+    )
+    assert not host.passed and not device.passed
+    assert (host.mismatch_count, host.first_bad_index) == (
+        device.mismatch_count,
+        device.first_bad_index,
+    )
+    assert host.max_abs_error == pytest.approx(device.max_abs_error)
+    assert host.max_rel_error == pytest.approx(device.max_rel_error)

@@ -9,8 +9,9 @@ softmax (examples/gpu_softmax.py), shapes 4096x1024 and 4096x4096, 3 runs each, 
 gpu__time_duration.sum and dram__throughput.avg.pct_of_peak_sustained_elapsed,
 --cache-control all --clock-control none.
 
-1. raw: a hand-written NVTX script under a plain ncu command line (the baseline; run twice
-   to show its own spread), read back with ncu_report directly, not with our extraction;
+1. raw: a hand-written NVTX script under a plain ncu command line (the baseline; run once
+   unmeasured to warm the shared Triton cache, then before and after our routes, which
+   shows its own spread), read back with ncu_report directly, not with our extraction;
 2. kernel: the same work through `@nsight_core.api.kernel`;
 3. mcp: the same kernels as a ProfileRequest (with its correctness check, 3 seeds) through
    `profile_candidates` over an MCP stdio session, then `read_results`.
@@ -193,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kernel_wall_s": kernel_wall,
                     "mcp_wall_s": mcp_wall,
                     "raw": {str(k): v for k, v in raw_values.items()},
+                    "raw2": {str(k): v for k, v in raw2_values.items()},
                     "kernel": {str(k): v for k, v in kernel_values.items()},
                     "mcp": {str(k): v for k, v in mcp_values.items()},
                     "read_results": json.loads(read_doc),
