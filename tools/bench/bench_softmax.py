@@ -161,29 +161,39 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="nspy-bench-") as tmp:
         work = Path(tmp)
+        # Every route compiles the Triton kernel through one cache, warmed by a first raw
+        # run that is not measured: the comparison is of profiling, not of JIT caches.
+        os.environ.setdefault("TRITON_CACHE_DIR", str(work / "triton-cache"))
+        run_raw(work, "warm")
         raw1, raw_values = run_raw(work, "1")
         kernel_wall, kernel_values = run_kernel_api()
         mcp_wall, mcp_values, read_doc = anyio.run(_mcp, str(work / "store"))
-        raw2, _ = run_raw(work, "2")
-    raw = min(raw1, raw2)
+        raw2, raw2_values = run_raw(work, "2")
+    raw = (raw1 + raw2) / 2
     lines = [
-        f"{'annotation':30} {'shape':10} {'metric':52} {'raw':>10} {'kernel':>10} {'dev%':>6} {'mcp':>10} {'dev%':>6}"
+        f"{'annotation':30} {'shape':10} {'metric':52} {'raw':>10} {'raw2%':>6} "
+        f"{'kernel':>10} {'dev%':>6} {'mcp':>10} {'dev%':>6}"
     ]
-    worst = 0.0
+    worst, floor = 0.0, 0.0
     for (ann, cid, metric), base in sorted(raw_values.items()):
         k = kernel_values.get((ann, cid, metric), float("nan"))
         m = mcp_values.get((ann, cid, metric), float("nan"))
+        r2 = 100 * (raw2_values[(ann, cid, metric)] - base) / base
         dk, dm = 100 * (k - base) / base, 100 * (m - base) / base
-        worst = max(worst, abs(dk), abs(dm))
+        worst, floor = max(worst, abs(dk), abs(dm)), max(floor, abs(r2))
         shape = "x".join(map(str, SHAPES[cid]))
         lines.append(
-            f"{ann:30} {shape:10} {metric:52} {base:10.4g} {k:10.4g} {dk:6.2f} {m:10.4g} {dm:6.2f}"
+            f"{ann:30} {shape:10} {metric:52} {base:10.4g} {r2:6.2f} "
+            f"{k:10.4g} {dk:6.2f} {m:10.4g} {dm:6.2f}"
         )
-    lines.append(f"largest AvgValue deviation from raw ncu: {worst:.2f} % (goal 2 %)")
     lines.append(
-        f"wall: raw {raw1:.2f} s / {raw2:.2f} s (baseline {raw:.2f}); @kernel {kernel_wall:.2f} s "
-        f"= {kernel_wall / raw:.3f}x (goal <= 1.2); MCP profile_candidates {mcp_wall:.2f} s "
-        f"= {mcp_wall / raw:.3f}x (goal <= 1.1)"
+        f"largest AvgValue deviation from raw ncu: {worst:.2f} % (goal 2 %); "
+        f"raw run 2 vs raw run 1, the noise floor: up to {floor:.2f} %"
+    )
+    lines.append(
+        f"wall: raw {raw1:.2f} s / {raw2:.2f} s (baseline, their mean: {raw:.2f} s); "
+        f"@kernel {kernel_wall:.2f} s = {kernel_wall / raw:.3f}x (goal <= 1.2); "
+        f"MCP profile_candidates {mcp_wall:.2f} s = {mcp_wall / raw:.3f}x (goal <= 1.1)"
     )
     sys.stdout.write("\n".join(lines) + "\n")
     if args.json:
