@@ -35,6 +35,9 @@ class RunContext:
     sync: Callable[[], None] | None = None
     timer: Callable[[], Callable[[], float]] | None = None
     """Starts a clock and returns its stopper (elapsed ns); set for the events backend."""
+    nvtx: bool = True
+    """Open NVTX ranges (ncu needs them); off for the events backend, where a range would
+    only add its cost, and the first call's `import nvtx`, to the timed call."""
     used: set[str] = field(default_factory=set)
 
 
@@ -85,7 +88,8 @@ class annotate:  # Nsight Python's lower-case name: a context manager and a deco
                 ctx.used.add(self.name)
         if ctx is not None and ctx.profiling:
             self._key = RunKey(self.name, ctx.config_id, ctx.run)
-            self._range = _start_range(self._key.range_name())
+            if ctx.nvtx:
+                self._range = _start_range(self._key.range_name())
             if ctx.timer is not None:
                 self._stop = ctx.timer()
         return self

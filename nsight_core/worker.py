@@ -384,6 +384,7 @@ class RequestRunner:
                 profiling=True,
                 on_range=self._on_range,
                 sync=None if timed else sync_all,
+                nvtx=not timed,
             )
         )
         fn = self.fns[ann]
@@ -502,6 +503,7 @@ def run_function_job(job: WorkerJob, events: EventWriter) -> int:
                     on_range=on_range,
                     sync=None if timed else sync_all,
                     timer=start_timer if timed else None,
+                    nvtx=not timed,
                 )
             )
             try:
@@ -532,6 +534,9 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"nsight_core.worker: bad job file: {exc}\n")
         return int(WorkerExit.BAD_JOB)
     events = EventWriter(job_dir / EVENTS_FILE)
+    if job.backend == "ncu":
+        import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
+
     # The cwd stays the sandbox's private directory; files and imports resolve against workdir.
     if job.workdir not in sys.path:
         sys.path.insert(0, job.workdir)
