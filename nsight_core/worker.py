@@ -377,39 +377,45 @@ class RequestRunner:
         device = self.device or detect_device((args, kwargs))
         self.device = device
         device.sync()
+        fn = self.fns[ann]
+        if timed:
+            set_run_context(None)
+            self._time_one(device, fn, RunKey(ann, cid, run), args, kwargs)
+            return
         set_run_context(
             RunContext(
-                config_id=cid,
-                run=run,
-                profiling=True,
-                on_range=self._on_range,
-                sync=None if timed else sync_all,
-                nvtx=not timed,
+                config_id=cid, run=run, profiling=True, on_range=self._on_range, sync=sync_all
             )
         )
-        fn = self.fns[ann]
+        # A raise is reported by _on_range, with its traceback; the sweep goes on.
+        with contextlib.suppress(Exception), annotate(ann):
+            fn(*args, **kwargs)
 
-        def call() -> Any:
-            with annotate(ann):
-                return fn(*args, **kwargs)
-
+    def _time_one(
+        self,
+        device: Device,
+        fn: Callable[..., Any],
+        key: RunKey,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """Events backend: the clock brackets the bare call; reporting happens after it."""
         try:
-            if timed:
-                _, ns = device.time_call(call)
-                self.events.emit(
-                    SampleEvent(
-                        annotation=ann,
-                        config_id=cid,
-                        run=run,
-                        metric=EVENTS_METRIC,
-                        value=ns,
-                        unit="ns",
-                    )
-                )
-            else:
-                call()
-        except Exception:
-            pass  # reported by _on_range with its traceback
+            _, ns = device.time_call(lambda: fn(*args, **kwargs))
+        except Exception as exc:
+            self._on_range(key, exc, None)
+            return
+        self._on_range(key, None, None)
+        self.events.emit(
+            SampleEvent(
+                annotation=key.annotation,
+                config_id=key.config_id,
+                run=key.run,
+                metric=EVENTS_METRIC,
+                value=ns,
+                unit="ns",
+            )
+        )
 
     def _on_range(self, key: RunKey, exc: BaseException | None, elapsed: float | None) -> None:
         self.events.emit(
