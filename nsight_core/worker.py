@@ -130,6 +130,18 @@ def _failure(
     )
 
 
+def events_sample(key: RunKey, ns: float) -> SampleEvent:
+    """One events-backend timing of the call `key`, in ns."""
+    return SampleEvent(
+        annotation=key.annotation,
+        config_id=key.config_id,
+        run=key.run,
+        metric=EVENTS_METRIC,
+        value=ns,
+        unit="ns",
+    )
+
+
 def make_inputs(maker: Callable[..., Any], config: dict[str, Any], seed: int) -> Inputs:
     seed_all(seed)
     made = maker(**config)
@@ -406,16 +418,7 @@ class RequestRunner:
             self._on_range(key, exc, None)
             return
         self._on_range(key, None, None)
-        self.events.emit(
-            SampleEvent(
-                annotation=key.annotation,
-                config_id=key.config_id,
-                run=key.run,
-                metric=EVENTS_METRIC,
-                value=ns,
-                unit="ns",
-            )
-        )
+        self.events.emit(events_sample(key, ns))
 
     def _on_range(self, key: RunKey, exc: BaseException | None, elapsed: float | None) -> None:
         self.events.emit(
@@ -466,16 +469,7 @@ def run_function_job(job: WorkerJob, events: EventWriter) -> int:
         if exc is not None:
             reported.add(id(exc))
         if elapsed is not None:
-            events.emit(
-                SampleEvent(
-                    annotation=key.annotation,
-                    config_id=key.config_id,
-                    run=key.run,
-                    metric=EVENTS_METRIC,
-                    value=elapsed,
-                    unit="ns",
-                )
-            )
+            events.emit(events_sample(key, elapsed))
         events.emit(
             RangeEvent(
                 annotation=key.annotation, config_id=key.config_id, run=key.run, ok=exc is None

@@ -16,7 +16,6 @@ from nsight_core.pipeline import run_profile_job
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 
-pytestmark = pytest.mark.gpu
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parents[1] / "examples"
 
@@ -34,6 +33,7 @@ def _run(tmp_path: Path, name: str, **fields: object) -> tuple[ProfileResult, fl
     return result, wall
 
 
+@pytest.mark.gpu
 def test_ncu_rows_for_a_passing_candidate_and_failures_are_named(tmp_path: Path) -> None:
     result, _ = _run(
         tmp_path,
@@ -75,6 +75,7 @@ def test_ncu_rows_for_a_passing_candidate_and_failures_are_named(tmp_path: Path)
     assert time_cmp.Speedup is not None
 
 
+@pytest.mark.gpu
 def test_unknown_metric_is_refused_before_anything_runs(tmp_path: Path) -> None:
     result, wall = _run(
         tmp_path,
@@ -88,6 +89,7 @@ def test_unknown_metric_is_refused_before_anything_runs(tmp_path: Path) -> None:
     assert wall < 5, "validation must not start a job"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize(
     ("candidate", "expected"),
     [("gpu_cases.py:segfaults", ErrorClass.CRASHED), ("gpu_cases.py:exits", ErrorClass.CRASHED)],
@@ -100,6 +102,7 @@ def test_a_candidate_that_kills_its_cuda_process_ends_as_crashed(
     print(f"  {result.error.ErrorClass}: {result.error.Error[:200]}")
 
 
+@pytest.mark.gpu
 def test_a_spinning_triton_kernel_is_killed_within_the_limit_and_the_gpu_is_usable_next(
     tmp_path: Path,
 ) -> None:
@@ -123,6 +126,7 @@ def test_a_spinning_triton_kernel_is_killed_within_the_limit_and_the_gpu_is_usab
     assert after.status == "done" and after.rows and all(r.NumRuns == 3 for r in after.rows)
 
 
+@pytest.mark.gpu
 def test_events_backend_times_cuda_candidates_with_cuda_events(tmp_path: Path) -> None:
     result, _ = _run(
         tmp_path, "events-gpu", candidates=["gpu_cases.py:good"], backend="events", runs=10
@@ -134,6 +138,7 @@ def test_events_backend_times_cuda_candidates_with_cuda_events(tmp_path: Path) -
         assert row.NumRuns == 10 and row.Backend == "events"
 
 
+@pytest.mark.gpu
 def test_environment_probe_deep_on_the_gpu() -> None:
     from nsight_core.probe import probe_environment
 
@@ -144,6 +149,7 @@ def test_environment_probe_deep_on_the_gpu() -> None:
     assert "ncu" in available and "events" in available
 
 
+@pytest.mark.gpu
 def test_validate_metrics_live_against_ncu() -> None:
     from nsight_core.catalog import validate_metrics
 
