@@ -211,8 +211,7 @@ def assemble_result(
         # The worker's own report (file, line, traceback) says more than its exit code.
         detail = next((f for f in failures if f.ErrorClass == error.ErrorClass), None)
         error = detail or error
-    cancelled = bool(getattr(run.outcome, "cancelled", False))
-    if cancelled:
+    if run.outcome.cancelled:
         status = "cancelled"
     elif error is not None and not rows:
         status = "failed"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -42,6 +43,9 @@ from nsight_core.protocol import (
 )
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Correctness, Failure, ProfileResult, Provenance
+
+if TYPE_CHECKING:  # sandbox.py is imported when a job runs, not when this module loads
+    from nsight_core.sandbox import SandboxOutcome
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +250,7 @@ class WorkerRun:
     job_dir: Path
     backend: str
     command: list[str]
-    outcome: object  # nsight_core.sandbox.SandboxOutcome
+    outcome: SandboxOutcome
     events: WorkerEvents
     error: NsightCoreError | None
     report_path: Path | None
