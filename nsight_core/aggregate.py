@@ -9,22 +9,19 @@ Two stages, each with a typed product:
 2. `aggregate_rows`, `compare_to_reference`, `normalize_rows`: statistics over runs, grouped
    by (annotation, config_id, metric).
 
-Why t-intervals and per-run pairs. A profile job has few runs (3 to 10), and the spread is
-estimated from those same runs, so the mean's 95 % interval must use Student's t with n-1
-degrees of freedom: the normal z = 1.96 that Nsight Python uses understates the half-width
-by 2.2x at n = 3 (t = 4.30) and by 1.3x at n = 5 (reference §G.5). Comparisons and
-normalisation divide each candidate run by the reference run of the same index, measured
-in the same job with the same inputs, so drift that hits both (clocks, temperature, other
-tenants) cancels in the ratio; the interval is then a one-sample t interval of those paired
-ratios, which is tighter and more honest than dividing two independent means. Every
-statistic is computed from finite values only: a failed run is null in `RawValues`, leaves
-`NumRuns`, and is named in `Reasons`, so no NaN ever reaches JSON.
+Statistics (Student t, intervals, paired ratios) live in `stats.py`, which explains why
+intervals use t and comparisons use per-run pairs. Every statistic is computed from finite
+values only: a failed run is null in `RawValues`, leaves `NumRuns`, and is named in
+`Reasons`, so no NaN ever reaches JSON.
+
+Size: about 560 lines, over the usual 500, on purpose: reduction, rows, comparisons and
+normalisation all work on the same `RunValue` cells and share their private failure
+bookkeeping (`_failure_summary`, `_no_baseline_reason`); the arithmetic is in `stats.py`.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import functools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,17 +33,17 @@ from nsight_core.extract import KernelRecord
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec, Reducer
 from nsight_core.results import Comparison, Failure, Row, TrustLevel
-
-CI_LEVEL = 0.95
-"""Two-sided confidence level of every interval: the 95 % of Nsight Python's CI95 columns."""
+from nsight_core.stats import (
+    CI_LEVEL,
+    MIN_RUNS_FOR_CI,
+    Summary,
+    paired_ratio,
+    summarize,
+)
 
 STABLE_RSD_PCT = 2.0
 """StableMeasurement threshold, kept from Nsight Python (reference §C.7) so the vocabulary of
 its agent guide holds. It is a convention, not a derived bound; above it a row is 'noisy'."""
-
-MIN_RUNS_FOR_CI = 3
-"""Fewer valid runs give no CI: at n = 2 (df = 1) t = 12.7, an interval too wide to inform.
-DESIGN.md's default of runs >= 3 comes from the same reasoning."""
 
 MAX_ERROR_RUNS_LISTED = 8
 """Long count tables are cut here; the failure's message says how many were left out."""
@@ -54,81 +51,6 @@ MAX_ERROR_RUNS_LISTED = 8
 _TIME_UNITS = frozenset(
     {"ns", "nsecond", "us", "usecond", "ms", "msecond", "s", "second", "cycle", "cycles"}
 )
-
-# --- Student t quantile, without scipy -------------------------------------------------
-# t CDF through the regularized incomplete beta function (Abramowitz & Stegun 26.7.1:
-# P(T <= t) = 1 - I_x(df/2, 1/2) / 2 with x = df / (df + t^2), for t >= 0), the beta function
-# by its continued fraction (A&S 26.5.8) evaluated with the modified Lentz method, and the
-# quantile by bisection, which is exact to the tolerance for every df. Checked in
-# tests/core/test_aggregate.py against published t tables (12.706 at df 1, 4.303 at df 2,
-# 2.776 at df 4, 2.045 at df 29, 1.962 at df 1000).
-
-
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        for num in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _regularized_beta(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def student_t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
-    tail = 0.5 * _regularized_beta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-@functools.lru_cache(maxsize=256)
-def student_t_quantile(p: float, df: float) -> float:
-    """The t with P(T <= t) = p; bisection on the CDF, to 1e-12 (cached: few distinct df)."""
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"need 0 < p < 1 and df > 0, got p={p}, df={df}")
-    if p < 0.5:
-        return -student_t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while student_t_cdf(hi, df) < p:
-        hi *= 2.0
-    while hi - lo > 1e-12 * max(1.0, hi):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if student_t_cdf(mid, df) < p else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
-def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float] | None:
-    """Two-sided t interval of the mean of ``values``; None below `MIN_RUNS_FOR_CI` values."""
-    n = len(values)
-    if n < MIN_RUNS_FOR_CI:
-        return None
-    mean = statistics.fmean(values)
-    half = student_t_quantile(0.5 + level / 2.0, n - 1) * statistics.stdev(values) / math.sqrt(n)
-    lo, hi = mean - half, mean + half
-    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
-
 
 # --- stage 1: per-run values ------------------------------------------------------------
 
@@ -378,41 +300,6 @@ class RowContext:
         return dict(self.configs[config_id]) if 0 <= config_id < len(self.configs) else {}
 
 
-@dataclass(frozen=True)
-class _Stats:
-    mean: float | None = None
-    median: float | None = None
-    std: float | None = None
-    lo: float | None = None
-    hi: float | None = None
-    rsd: float | None = None
-    min: float | None = None
-    max: float | None = None
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-def _stats(values: Sequence[float]) -> _Stats:
-    if not values:
-        return _Stats()
-    mean = statistics.fmean(values)
-    std = statistics.stdev(values) if len(values) >= 2 else None
-    rsd = 100.0 * std / abs(mean) if std is not None and mean != 0 else None
-    ci = t_interval(values)
-    return _Stats(
-        mean=_finite(mean),
-        median=_finite(statistics.median(values)),
-        std=_finite(std),
-        lo=None if ci is None else ci[0],
-        hi=None if ci is None else ci[1],
-        rsd=_finite(rsd),
-        min=min(values),
-        max=max(values),
-    )
-
-
 def _failure_summary(cells: Sequence[RunValue]) -> tuple[ErrorClass | None, str | None]:
     failed = [c for c in cells if c.value is None and (c.error_class or c.error)]
     if not failed:
@@ -426,7 +313,7 @@ def _failure_summary(cells: Sequence[RunValue]) -> tuple[ErrorClass | None, str 
 
 
 def _trust(
-    stats: _Stats, n: int, requested: int, cells: Sequence[RunValue], ctx: RowContext
+    stats: Summary, n: int, requested: int, cells: Sequence[RunValue], ctx: RowContext
 ) -> tuple[TrustLevel, list[str]]:
     reasons: list[str] = []
     if n == 0:
@@ -467,7 +354,7 @@ def _build_row(
     annotation, config_id, metric = group
     valid = [c.value for c in cells if c.value is not None]
     requested = ctx.requested_runs or len(cells)
-    stats = _stats(valid)
+    stats = summarize(valid)
     trust, reasons = _trust(stats, len(valid), requested, cells, ctx)
     error_class, error = _failure_summary(cells)
     first_ok = next((c for c in cells if c.value is not None), None)
@@ -564,17 +451,17 @@ def _comparison(
     pairs, reasons = _pairs(cand, ref)
     if not any(r.value is not None for r in ref):
         reasons = [_no_baseline_reason(baseline, ref, config_id)]
-    ratios = [c / r for _, c, r in pairs]
+    cand_values = [c for _, c, _ in pairs]
+    ref_values = [r for _, _, r in pairs]
     unit = next((v.unit for v in (*cand, *ref) if v.unit), None)
     speedup = lo = hi = None
     resolvable = None
     if lower_is_better(metric, unit):
-        speedups = [r / c for _, c, r in pairs if c != 0]
-        speedup = _finite(statistics.fmean(speedups)) if speedups else None
-        ci = t_interval(speedups)
-        if ci is not None:
-            lo, hi = ci
-            resolvable = not lo <= 1.0 <= hi
+        speedups = paired_ratio(ref_values, cand_values)
+        speedup = speedups.mean
+        resolvable = speedups.excludes_one
+        if speedups.ci is not None:
+            lo, hi = speedups.ci
         elif pairs:
             reasons.append(f"{len(pairs)} pair(s): no CI, Resolvable unknown (needs >= 3)")
     else:
@@ -587,7 +474,7 @@ def _comparison(
         ConfigId=config_id,
         Params=params,
         Metric=metric,
-        Ratio=_finite(statistics.fmean(ratios)) if ratios else None,
+        Ratio=paired_ratio(cand_values, ref_values).mean,
         Speedup=speedup,
         Speedup_CI95_Lower=lo,
         Speedup_CI95_Upper=hi,

@@ -1,4 +1,4 @@
-"""Statistics, reduction and trust, driven by seeded synthetic per-run values.
+"""Reduction, rows, comparisons and trust, driven by seeded synthetic per-run values.
 
 These test arithmetic on small typed records; they do not pretend to be ncu (the recorded
 reports in tests/data/ncu/ cover extraction).
@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import pytest
 
 from nsight_core.aggregate import (
-    MIN_RUNS_FOR_CI,
     STABLE_RSD_PCT,
     RowContext,
     RunValues,
@@ -23,14 +22,13 @@ from nsight_core.aggregate import (
     lower_is_better,
     normalize_rows,
     reduce_runs,
-    student_t_quantile,
-    t_interval,
 )
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec
 from nsight_core.results import Failure, Row
+from nsight_core.stats import student_t_quantile, t_interval
 
 T = "gpu__time_duration.sum"
 PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -88,39 +86,6 @@ def only_row(rows: list[Row], annotation: str | None = None, config: int = 0) ->
     ]
     assert len(hits) == 1
     return hits[0]
-
-
-# --- the t quantile -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("df", "expected"),
-    [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452), (1000, 1.9623)],
-)
-def test_t_quantile_matches_published_table_values(df: int, expected: float) -> None:
-    assert student_t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
-
-
-def test_t_interval_at_three_runs_uses_t_not_z() -> None:
-    lo, hi = t_interval([10.0, 11.0, 12.0]) or (math.nan, math.nan)
-    half = 4.302653 * 1.0 / math.sqrt(3)
-    assert (lo, hi) == pytest.approx((11.0 - half, 11.0 + half), abs=1e-5)
-    assert hi - lo > 2 * 1.96 / math.sqrt(3) * 2  # more than twice the z-based width
-
-
-def test_t_interval_covers_the_true_mean_95_percent_of_the_time() -> None:
-    rng = random.Random(20261202)
-    trials, hits = 4000, 0
-    for _ in range(trials):
-        ci = t_interval([rng.gauss(100.0, 5.0) for _ in range(4)])
-        assert ci is not None
-        hits += ci[0] <= 100.0 <= ci[1]
-    assert 0.935 <= hits / trials <= 0.965
-
-
-def test_t_interval_needs_three_values() -> None:
-    assert MIN_RUNS_FOR_CI == 3
-    assert t_interval([1.0, 2.0]) is None
 
 
 # --- rows -----------------------------------------------------------------------------------

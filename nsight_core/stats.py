@@ -1,0 +1,187 @@
+"""Statistics over sequences of floats: Student t, mean intervals, spread, paired ratios.
+
+Pure arithmetic, no project types, no scipy: `aggregate.py` turns per-run values into rows
+with these functions, and a comparison of two stored results (Welch) can reuse them.
+
+Why t-intervals and per-run pairs. A profile job has few runs (3 to 10), and the spread is
+estimated from those same runs, so the mean's 95 % interval must use Student's t with n-1
+degrees of freedom: the normal z = 1.96 that Nsight Python uses understates the half-width
+by 2.2x at n = 3 (t = 4.30) and by 1.3x at n = 5 (reference §G.5). A comparison divides
+each candidate run by the reference run of the same index, measured in the same job with
+the same inputs, so drift that hits both (clocks, temperature, other tenants) cancels in
+the ratio; its interval is then a one-sample t interval of those paired ratios
+(`paired_ratio`), tighter and more honest than dividing two independent means. Callers pass
+finite values only; a result that is not finite comes back as None, never NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CI_LEVEL = 0.95
+"""Two-sided confidence level of every interval: the 95 % of Nsight Python's CI95 columns."""
+
+MIN_RUNS_FOR_CI = 3
+"""Fewer values give no CI: at n = 2 (df = 1) t = 12.7, an interval too wide to inform.
+DESIGN.md's default of runs >= 3 comes from the same reasoning."""
+
+# --- Student t quantile, without scipy -------------------------------------------------
+# t CDF through the regularized incomplete beta function (Abramowitz & Stegun 26.7.1:
+# P(T <= t) = 1 - I_x(df/2, 1/2) / 2 with x = df / (df + t^2), for t >= 0), the beta function
+# by its continued fraction (A&S 26.5.8) evaluated with the modified Lentz method, and the
+# quantile by bisection, which is exact to the tolerance for every df. Checked in
+# tests/core/test_stats.py against published t tables (12.706 at df 1, 4.303 at df 2,
+# 2.776 at df 4, 2.045 at df 29, 1.962 at df 1000).
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _regularized_beta(a: float, b: float, x: float) -> float:
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom (df may be fractional)."""
+    tail = 0.5 * _regularized_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+@functools.lru_cache(maxsize=256)
+def student_t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p; bisection on the CDF, to 1e-12 (cached: few distinct df)."""
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise ValueError(f"need 0 < p < 1 and df > 0, got p={p}, df={df}")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while student_t_cdf(hi, df) < p:
+        hi *= 2.0
+    while hi - lo > 1e-12 * max(1.0, hi):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if student_t_cdf(mid, df) < p else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float] | None:
+    """Two-sided t interval of the mean of ``values``; None below `MIN_RUNS_FOR_CI` values."""
+    n = len(values)
+    if n < MIN_RUNS_FOR_CI:
+        return None
+    mean = statistics.fmean(values)
+    half = student_t_quantile(0.5 + level / 2.0, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    lo, hi = mean - half, mean + half
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+
+# --- descriptive statistics --------------------------------------------------------------
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """``x`` if it is a finite number, else None: what JSON can carry."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Descriptive statistics of one sample; a field that is undefined or not finite is None."""
+
+    mean: float | None = None
+    median: float | None = None
+    std: float | None = None
+    """Sample standard deviation (n - 1); None below two values."""
+    lo: float | None = None
+    """Lower end of the mean's t interval at `CI_LEVEL`; None below `MIN_RUNS_FOR_CI` values."""
+    hi: float | None = None
+    rsd: float | None = None
+    """Relative standard deviation in percent of |mean|; None when the mean is 0."""
+    min: float | None = None
+    max: float | None = None
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    """Mean, median, spread and t interval of finite ``values``; all None when empty."""
+    if not values:
+        return Summary()
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) >= 2 else None
+    rsd = 100.0 * std / abs(mean) if std is not None and mean != 0 else None
+    ci = t_interval(values)
+    return Summary(
+        mean=finite_or_none(mean),
+        median=finite_or_none(statistics.median(values)),
+        std=finite_or_none(std),
+        lo=None if ci is None else ci[0],
+        hi=None if ci is None else ci[1],
+        rsd=finite_or_none(rsd),
+        min=min(values),
+        max=max(values),
+    )
+
+
+# --- paired ratios ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """Mean of per-pair ratios and its t interval."""
+
+    mean: float | None
+    """Mean of the ratios; None when no pair had a nonzero denominator."""
+    ci: tuple[float, float] | None
+    """t interval of that mean; None below `MIN_RUNS_FOR_CI` ratios."""
+    n: int
+    """Ratios the mean is over (pairs with a zero denominator are left out)."""
+
+    @property
+    def excludes_one(self) -> bool | None:
+        """Whether the interval lies wholly above or below 1 (resolvable); None without one."""
+        if self.ci is None:
+            return None
+        lo, hi = self.ci
+        return not lo <= 1.0 <= hi
+
+
+def paired_ratio(
+    numerators: Sequence[float], denominators: Sequence[float], level: float = CI_LEVEL
+) -> PairedRatio:
+    """numerator[i] / denominator[i] per pair, then their mean and t interval.
+
+    Pairs share an index (the same run of two callables), so drift common to both cancels.
+    """
+    ratios = [n / d for n, d in zip(numerators, denominators, strict=True) if d != 0]
+    if not ratios:
+        return PairedRatio(None, None, 0)
+    return PairedRatio(
+        finite_or_none(statistics.fmean(ratios)), t_interval(ratios, level), len(ratios)
+    )
