@@ -1,22 +1,12 @@
-"""Correctness: compare a candidate's output with the reference's, and catch structural hacks.
+"""Structural checks on a candidate's inputs and outputs: clones, mutation, aliasing.
 
-Imported in the worker. torch, numpy and cupy are never imported here at module import:
-an array is recognised by looking the framework up in ``sys.modules`` (an object of a
-framework cannot exist before the framework was imported), and numpy is imported inside
-the functions that do arithmetic.
-
-`compare_outputs` checks, in this order, stopping at the first structural difference:
-container structure (dict keys, sequence lengths), leaf type (exact type, so a tensor
-subclass standing in for a lazy result fails), shape, dtype, device, then values with
-dtype-aware tolerances (`DEFAULT_TOLERANCES`). NaN must sit where the reference has NaN,
-and +-Inf where it has the same infinity. Values are compared in float64, torch
-tensors on their own device and other arrays on the host, in chunks, so a large tensor
-costs a bounded amount of memory.
-
-The other checks: `snapshot_inputs` + `mutated` (the candidate wrote to an input),
-`aliased` (an output shares memory with an input or the reference's output),
-`same_result` (two calls on equal inputs must agree exactly: determinism), and
-`clone_args` (each callable gets its own copies). docs/correctness.md explains each.
+Imported in the worker; like `compare.py`, it never imports torch, numpy or cupy itself
+(arrays are recognised through ``sys.modules``). `clone_args` gives each callable its own
+copies; `snapshot_inputs` + `mutated` find a candidate that wrote to an input; `aliased`
+finds an output sharing memory with an input or the reference's output. Output comparison
+(`compare_outputs`, `same_result`, tolerances) lives in `compare.py` and is re-exported
+here for the worker, which reaches every check through this module. docs/correctness.md
+explains each.
 
 Inputs may be given as a ``(args, kwargs)`` pair (what the worker calls with), a tuple of
 positional arguments, or a dict of keyword arguments; names in results read ``args[0]``
@@ -25,469 +15,33 @@ for positional and the keyword's name for keyword arguments.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-DiffKind = Literal["type", "structure", "shape", "dtype", "device", "layout", "values"]
+from nsight_core.compare import (
+    DEFAULT_TOLERANCES,
+    OutputDiff,
+    array_kind,
+    compare_outputs,
+    default_tolerance,
+    same_result,
+)
 
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    # dtype: (atol, rtol). Closeness is |actual - expected| <= atol + rtol * |expected|.
-    # float64, float16, bfloat16 and the complex types follow torch.testing.assert_close.
-    "float64": (1e-7, 1e-7),
-    "complex128": (1e-7, 1e-7),
-    # torch.testing uses rtol 1.3e-6 for float32; candidates legitimately reorder long
-    # reductions, so we allow 1e-5, still far below TF32 (eps ~1e-3) or a float16 downgrade.
-    "float32": (1e-5, 1e-5),
-    "complex64": (1e-5, 1e-5),
-    "float16": (1e-5, 1e-3),
-    "complex32": (1e-5, 1e-3),
-    "bfloat16": (1e-5, 1.6e-2),
-    # float8 (no torch.testing default): rtol one unit in the last place (2**-3, 2**-2),
-    # atol the smallest subnormal.
-    "float8_e4m3": (2.0**-9, 2.0**-3),
-    "float8_e5m2": (2.0**-16, 2.0**-2),
-    # numpy's long double is compared in float64.
-    "float128": (1e-7, 1e-7),
-    "longdouble": (1e-7, 1e-7),
-}
-"""Default (atol, rtol) by dtype name; integers and bool compare exactly."""
-
-_CHUNK = 1 << 20
-"""Elements per host chunk: a few float64 temporaries of 8 MiB each."""
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "OutputDiff",
+    "Snapshot",
+    "aliased",
+    "clone_args",
+    "compare_outputs",
+    "default_tolerance",
+    "mutated",
+    "same_result",
+    "snapshot_inputs",
+]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class OutputDiff:
-    """How an actual output differs from an expected one (``passed`` when it does not)."""
-
-    passed: bool
-    max_abs_error: float | None = None
-    """Largest |actual - expected| over finite pairs; None when no number was compared."""
-    max_rel_error: float | None = None
-    """Largest |actual - expected| / |expected| over finite pairs with expected != 0."""
-    mismatch_count: int | None = None
-    """Elements outside tolerance (or NaN/Inf misplaced); None after a structural failure."""
-    first_bad_index: list[int] | None = None
-    """Multi-index of the first bad element inside the leaf at ``path``."""
-    reason: str = ""
-    """What differs, for the agent; empty when passed."""
-    path: str | None = None
-    """The leaf that failed first: ``output``, ``output[1]['y']``..."""
-    kind: DiffKind | None = None
-    """Which check failed first."""
-
-
-def default_tolerance(dtype_name: str) -> tuple[float, float] | None:
-    """(atol, rtol) for a dtype name ('float32', 'torch.bfloat16'); (0, 0) for integers and
-    bool; None for an unknown floating type (then pass tolerances explicitly)."""
-    name = dtype_name.removeprefix("torch.")
-    if name in DEFAULT_TOLERANCES:
-        return DEFAULT_TOLERANCES[name]
-    for prefix in ("float8_e4m3", "float8_e5m2"):
-        if name.startswith(prefix):
-            return DEFAULT_TOLERANCES[prefix]
-    if name == "bool" or name.startswith(("int", "uint")):
-        return 0.0, 0.0
-    return None
-
-
-# -- recognising arrays ---------------------------------------------------------------
-
-
-def _array_kind(x: object) -> Literal["torch", "numpy", "cupy"] | None:
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        return "torch"
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(x, np.ndarray):
-        return "numpy"
-    cp = sys.modules.get("cupy")
-    if cp is not None and isinstance(x, cp.ndarray):
-        return "cupy"
-    return None
-
-
-def _is_number(x: object) -> bool:
-    if isinstance(x, bool | int | float | complex):
-        return True
-    np = sys.modules.get("numpy")
-    return np is not None and isinstance(x, np.generic) and x.dtype.kind in "biufc"
-
-
-def _type_name(x: object) -> str:
-    t = type(x)
-    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
-@dataclass(frozen=True)
-class _ArrayInfo:
-    shape: tuple[int, ...]
-    dtype: str
-    device: str
-    layout: str
-
-
-def _info(kind: str, x: Any) -> _ArrayInfo:
-    if kind == "torch":
-        return _ArrayInfo(
-            tuple(x.shape), str(x.dtype).removeprefix("torch."), str(x.device), str(x.layout)
-        )
-    if kind == "cupy":
-        return _ArrayInfo(tuple(x.shape), str(x.dtype), f"cuda:{x.device.id}", "strided")
-    return _ArrayInfo(tuple(x.shape), str(x.dtype), "cpu", "strided")
-
-
-def _host_chunks(kind: str, x: Any) -> Iterator[Any]:
-    """The flattened values (C order) as numpy arrays of at most `_CHUNK` elements."""
-    if kind == "torch":
-        torch = sys.modules["torch"]
-        flat = x.detach()
-        if flat.layout != torch.strided:
-            flat = flat.to_dense()
-        flat = flat.resolve_conj().resolve_neg().reshape(-1)
-        dtype = flat.dtype
-        wider = None
-        if dtype.is_complex and dtype != torch.complex64 and dtype != torch.complex128:
-            wider = torch.complex64
-        elif dtype.is_floating_point and dtype not in (torch.float16, torch.float32, torch.float64):
-            wider = torch.float32  # bfloat16, float8: exact in float32, unknown to numpy
-        for i in range(0, flat.numel(), _CHUNK):
-            part = flat[i : i + _CHUNK]
-            yield (part.to(wider) if wider is not None else part).cpu().numpy()
-    elif kind == "cupy":
-        flat = x.reshape(-1)
-        for i in range(0, flat.size, _CHUNK):
-            yield flat[i : i + _CHUNK].get()
-    else:
-        flat = x.reshape(-1)
-        for i in range(0, flat.size, _CHUNK):
-            yield flat[i : i + _CHUNK]
-
-
-# -- comparing values ------------------------------------------------------------------
-
-
-@dataclass
-class _LeafStats:
-    """Value comparison of one leaf, accumulated over its chunks."""
-
-    numel: int = 0
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    mismatches: int = 0
-    nonfinite_mismatches: int = 0
-    first_flat: int | None = None
-    first_expected: Any = None
-    first_actual: Any = None
-
-    def feed(self, e: Any, a: Any, offset: int, atol: float, rtol: float) -> None:
-        import numpy as np
-
-        self.numel += e.size
-        with np.errstate(all="ignore"):
-            if e.dtype.kind in "biu" and a.dtype.kind in "biu" and atol == 0 and rtol == 0:
-                bad = e != a
-                diff = np.abs(e.astype(np.float64) - a.astype(np.float64))
-                mag = np.abs(e.astype(np.float64))
-                rel_ok = mag > 0
-                bad_nonfinite = None
-            else:
-                wide = np.complex128 if "c" in (e.dtype.kind, a.dtype.kind) else np.float64
-                e64 = e.astype(wide, copy=False)
-                a64 = a.astype(wide, copy=False)
-                finite = np.isfinite(e64) & np.isfinite(a64)
-                diff = np.where(finite, np.abs(a64 - e64), 0.0)
-                mag = np.abs(e64)
-                bad = finite & (diff > atol + rtol * mag)
-                both_nan = np.isnan(e64) & np.isnan(a64)
-                # Off the finite pairs only an identical NaN/Inf placement is equal.
-                bad_nonfinite = ~finite & ~both_nan & ~(e64 == a64)
-                bad |= bad_nonfinite
-                rel_ok = finite & (mag > 0)
-            if diff.size:
-                self.max_abs = max(self.max_abs, float(diff.max()))
-            if rel_ok.any():
-                self.max_rel = max(self.max_rel, float((diff[rel_ok] / mag[rel_ok]).max()))
-            count = int(np.count_nonzero(bad))
-        if bad_nonfinite is not None:
-            self.nonfinite_mismatches += int(np.count_nonzero(bad_nonfinite))
-        if count and self.first_flat is None:
-            i = int(np.flatnonzero(bad)[0])
-            self.first_flat = offset + i
-            self.first_expected, self.first_actual = e[i].item(), a[i].item()
-        self.mismatches += count
-
-
-@dataclass
-class _Acc:
-    """Value comparisons over all leaves of one output."""
-
-    compared: bool = False
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    mismatches: int = 0
-    failed_leaves: int = 0
-    first: OutputDiff | None = None
-
-    def add(
-        self, stats: _LeafStats, path: str, shape: tuple[int, ...], atol: float, rtol: float
-    ) -> None:
-        self.compared = True
-        self.max_abs = max(self.max_abs, stats.max_abs)
-        self.max_rel = max(self.max_rel, stats.max_rel)
-        self.mismatches += stats.mismatches
-        if stats.first_flat is None:
-            return
-        self.failed_leaves += 1
-        if self.first is not None:
-            return
-        index = _unravel(stats.first_flat, shape)
-        reason = (
-            f"{path}: {stats.mismatches} of {stats.numel} elements differ beyond "
-            f"atol={atol:g}, rtol={rtol:g} (max abs error {stats.max_abs:.3g}, "
-            f"max rel error {stats.max_rel:.3g}); first at index {index}: "
-            f"expected {stats.first_expected!r}, got {stats.first_actual!r}"
-        )
-        if stats.nonfinite_mismatches:
-            reason += f"; {stats.nonfinite_mismatches} at NaN/Inf positions that do not match"
-        self.first = OutputDiff(
-            False, first_bad_index=index, reason=reason, path=path, kind="values"
-        )
-
-    def result(self) -> OutputDiff:
-        abs_err = self.max_abs if self.compared else None
-        rel_err = self.max_rel if self.compared else None
-        if self.first is None:
-            return OutputDiff(True, abs_err, rel_err, self.mismatches)
-        reason = self.first.reason
-        if self.failed_leaves > 1:
-            reason += f"; {self.failed_leaves - 1} more output(s) differ too"
-        return OutputDiff(
-            False,
-            abs_err,
-            rel_err,
-            self.mismatches,
-            self.first.first_bad_index,
-            reason,
-            self.first.path,
-            "values",
-        )
-
-
-def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
-    index = []
-    for dim in reversed(shape):
-        flat, r = divmod(flat, dim)
-        index.append(r)
-    return index[::-1]
-
-
-def _fail(kind: DiffKind, path: str, what: str) -> OutputDiff:
-    return OutputDiff(False, reason=f"{path}: {what}", path=path, kind=kind)
-
-
-def _tolerances(
-    dtype: str, atol: float | None, rtol: float | None, path: str
-) -> tuple[float, float] | OutputDiff:
-    default = default_tolerance(dtype)
-    if default is None and (atol is None or rtol is None):
-        return _fail(
-            "dtype", path, f"no default tolerance for dtype {dtype}; pass check.atol and check.rtol"
-        )
-    d_atol, d_rtol = default or (0.0, 0.0)
-    return (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
-
-
-def _compare_arrays(
-    kind: str, e: Any, a: Any, path: str, atol: float | None, rtol: float | None, acc: _Acc
-) -> OutputDiff | None:
-    ei, ai = _info(kind, e), _info(kind, a)
-    if ei.shape != ai.shape:
-        return _fail(
-            "shape", path, f"shape differs: expected {list(ei.shape)}, got {list(ai.shape)}"
-        )
-    if ei.dtype != ai.dtype:
-        return _fail("dtype", path, f"dtype differs: expected {ei.dtype}, got {ai.dtype}")
-    if ei.device != ai.device:
-        return _fail("device", path, f"device differs: expected {ei.device}, got {ai.device}")
-    if ei.layout != ai.layout:
-        return _fail("layout", path, f"layout differs: expected {ei.layout}, got {ai.layout}")
-    tol = _tolerances(ei.dtype, atol, rtol, path)
-    if isinstance(tol, OutputDiff):
-        return tol
-    if kind == "torch" and not e.dtype.is_complex:
-        stats = _torch_leaf_stats(e, a, *tol)
-    else:
-        stats = _LeafStats()
-        offset = 0
-        for ec, ac in zip(_host_chunks(kind, e), _host_chunks(kind, a), strict=True):
-            stats.feed(ec, ac, offset, *tol)
-            offset += ec.size
-    acc.add(stats, path, ei.shape, *tol)
-    return None
-
-
-_DEVICE_CHUNK = 1 << 24
-"""Elements per on-device chunk: a few float64 temporaries of 128 MiB each."""
-
-
-def _torch_leaf_stats(e: Any, a: Any, atol: float, rtol: float) -> _LeafStats:
-    """`_LeafStats.feed`'s rules with torch ops where the tensors live.
-
-    Copying a 4096x4096 float32 output to the host and widening it there cost about 0.4 s
-    per comparison on the H200 host (three comparisons per seed and config made the
-    softmax check phase 8.6 s); on the device only the scalars travel. Same arithmetic in
-    float64, same NaN/Inf placement rule, so host and device verdicts agree.
-    """
-    import torch
-
-    stats = _LeafStats()
-    ef, af = e.reshape(-1), a.reshape(-1)
-    exact = not (e.dtype.is_floating_point or e.dtype.is_complex) and atol == 0 and rtol == 0
-    for i in range(0, ef.numel(), _DEVICE_CHUNK):
-        ec, ac = ef[i : i + _DEVICE_CHUNK], af[i : i + _DEVICE_CHUNK]
-        stats.numel += ec.numel()
-        e64, a64 = ec.to(torch.float64), ac.to(torch.float64)
-        bad_nonfinite = None
-        if exact:
-            bad = ec != ac
-            diff = (a64 - e64).abs()
-            mag = e64.abs()
-            rel_ok = mag > 0
-        else:
-            finite = torch.isfinite(e64) & torch.isfinite(a64)
-            diff = torch.where(finite, (a64 - e64).abs(), torch.zeros_like(e64))
-            mag = e64.abs()
-            bad = finite & (diff > atol + rtol * mag)
-            both_nan = torch.isnan(e64) & torch.isnan(a64)
-            bad_nonfinite = ~finite & ~both_nan & ~(e64 == a64)
-            bad |= bad_nonfinite
-            rel_ok = finite & (mag > 0)
-        if diff.numel():
-            stats.max_abs = max(stats.max_abs, float(diff.max()))
-        if bool(rel_ok.any()):
-            stats.max_rel = max(stats.max_rel, float((diff[rel_ok] / mag[rel_ok]).max()))
-        count = int(bad.sum())
-        if bad_nonfinite is not None:
-            stats.nonfinite_mismatches += int(bad_nonfinite.sum())
-        if count and stats.first_flat is None:
-            j = int(torch.nonzero(bad)[0, 0])
-            stats.first_flat = i + j
-            stats.first_expected, stats.first_actual = ec[j].item(), ac[j].item()
-        stats.mismatches += count
-    return stats
-
-
-def _compare_numbers(
-    e: Any, a: Any, path: str, atol: float | None, rtol: float | None, acc: _Acc
-) -> OutputDiff | None:
-    import numpy as np
-
-    ea, aa = np.asarray(e), np.asarray(a)
-    families = {"b": "bool", "i": "integer", "u": "integer", "f": "float", "c": "complex"}
-    if ea.dtype.kind not in families or aa.dtype.kind not in families:
-        # Python ints beyond 64 bits: numpy holds them as objects; compare exactly.
-        return None if e == a else _fail("values", path, f"expected {e!r}, got {a!r}")
-    ef, af = families[ea.dtype.kind], families[aa.dtype.kind]
-    if ef != af:
-        return _fail(
-            "dtype", path, f"expected a {ef} ({_type_name(e)}), got a {af} ({_type_name(a)})"
-        )
-    tol = _tolerances(str(ea.dtype), atol, rtol, path)
-    if isinstance(tol, OutputDiff):
-        return tol
-    stats = _LeafStats()
-    stats.feed(ea.reshape(-1), aa.reshape(-1), 0, *tol)
-    acc.add(stats, path, (), *tol)
-    return None
-
-
-@dataclass
-class _Walker:
-    """Walks expected and actual together; stops at the first structural difference."""
-
-    atol: float | None
-    rtol: float | None
-    acc: _Acc
-
-    def walk(self, e: Any, a: Any, path: str) -> OutputDiff | None:
-        ek, ak = _array_kind(e), _array_kind(a)
-        if ek is not None or ak is not None:
-            if ek != ak or type(e) is not type(a):
-                return _fail("type", path, f"expected {_type_name(e)}, got {_type_name(a)}")
-            assert ek is not None
-            return _compare_arrays(ek, e, a, path, self.atol, self.rtol, self.acc)
-        if isinstance(e, Mapping):
-            return self._mapping(e, a, path)
-        if isinstance(e, list | tuple):
-            return self._sequence(e, a, path)
-        if _is_number(e):
-            if not _is_number(a):
-                return _fail("type", path, f"expected a number, got {_type_name(a)}")
-            return _compare_numbers(e, a, path, self.atol, self.rtol, self.acc)
-        return _compare_objects(e, a, path)
-
-    def _mapping(self, e: Mapping[Any, Any], a: Any, path: str) -> OutputDiff | None:
-        if not isinstance(a, Mapping):
-            return _fail("type", path, f"expected a mapping, got {_type_name(a)}")
-        missing = [k for k in e if k not in a]
-        extra = [k for k in a if k not in e]
-        if missing or extra:
-            return _fail("structure", path, f"keys differ: missing {missing}, unexpected {extra}")
-        for k in e:
-            found = self.walk(e[k], a[k], f"{path}[{k!r}]")
-            if found is not None:
-                return found
-        return None
-
-    def _sequence(self, e: list[Any] | tuple[Any, ...], a: Any, path: str) -> OutputDiff | None:
-        if not isinstance(a, list | tuple):
-            return _fail("type", path, f"expected a sequence, got {_type_name(a)}")
-        if len(e) != len(a):
-            return _fail("structure", path, f"length differs: expected {len(e)}, got {len(a)}")
-        for i, (ev, av) in enumerate(zip(e, a, strict=True)):
-            found = self.walk(ev, av, f"{path}[{i}]")
-            if found is not None:
-                return found
-        return None
-
-
-def _compare_objects(e: Any, a: Any, path: str) -> OutputDiff | None:
-    """Leaves that are neither arrays nor numbers (None, strings...): same type and ==."""
-    if type(e) is not type(a):
-        return _fail("type", path, f"expected {_type_name(e)}, got {_type_name(a)}")
-    try:
-        equal = bool(e == a)
-    except Exception:  # an object whose == does not give a truth value
-        equal = False
-    return None if equal else _fail("values", path, f"expected {e!r:.200}, got {a!r:.200}")
-
-
-def _diff(
-    expected: Any, actual: Any, root: str, atol: float | None, rtol: float | None
-) -> OutputDiff:
-    acc = _Acc()
-    structural = _Walker(atol, rtol, acc).walk(expected, actual, root)
-    return structural if structural is not None else acc.result()
-
-
-def compare_outputs(
-    expected: Any, actual: Any, *, atol: float | None, rtol: float | None
-) -> OutputDiff:
-    """Compare ``actual`` with ``expected``; a tolerance left None takes the dtype default."""
-    return _diff(expected, actual, "output", atol, rtol)
-
-
-def same_result(a: Any, b: Any) -> OutputDiff:
-    """Exact equality of two results (NaN equal to NaN in the same place): the determinism check."""
-    return _diff(a, b, "output", 0.0, 0.0)
-
-
-# -- inputs: cloning, mutation, aliasing -------------------------------------------------
 
 
 def clone_args(args: T) -> T:
@@ -496,7 +50,7 @@ def clone_args(args: T) -> T:
 
 
 def _clone(x: Any) -> Any:
-    kind = _array_kind(x)
+    kind = array_kind(x)
     if kind == "torch":
         y = x.detach().clone()
         return y.requires_grad_(True) if x.requires_grad else y
@@ -553,14 +107,14 @@ def mutated(snapshot: Snapshot, args: Any) -> list[str]:
         if name not in now:
             changed.append(name)
             continue
-        diff = _diff(before, now[name], name, 0.0, 0.0)
+        diff = same_result(before, now[name], path=name)
         if not diff.passed:
             changed.append(diff.path or name)
     return changed
 
 
 def _array_leaves(x: Any, path: str) -> Iterator[tuple[str, Any, str]]:
-    kind = _array_kind(x)
+    kind = array_kind(x)
     if kind is not None:
         yield path, x, kind
     elif isinstance(x, Mapping):
@@ -593,7 +147,7 @@ def _memory(kind: str, x: Any) -> tuple[str, int, int] | None:
             return None  # wrapper subclasses without storage
         return (str(x.device), start, start + size) if size and start else None
     root = x
-    while _array_kind(root.base) == kind:
+    while array_kind(root.base) == kind:
         root = root.base
     if kind == "numpy":
         ptr, device = int(root.__array_interface__["data"][0]), "cpu"
