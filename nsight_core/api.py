@@ -18,15 +18,23 @@ from pathlib import Path
 from typing import Any, overload
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.request import DEFAULT_METRIC, KernelsSpec, Reducer
+from nsight_core.request import (
+    CACHE_CONTROLS,
+    CLOCK_CONTROLS,
+    DEFAULT_METRIC,
+    REDUCERS,
+    REPLAY_MODES,
+    RUNNABLE_BACKENDS,
+    KernelsSpec,
+    Reducer,
+)
 from nsight_core.results import Failure, ProfileResult, Row
 
-_REDUCERS = ("none", "sum", "max", "min", "mean", "first", "last")
-_CHOICES = {
-    "clock_control": ("base", "none"),
-    "cache_control": ("all", "none"),
-    "replay_mode": ("kernel", "range"),
-    "backend": ("ncu", "events"),
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "clock_control": CLOCK_CONTROLS,
+    "cache_control": CACHE_CONTROLS,
+    "replay_mode": REPLAY_MODES,
+    "backend": RUNNABLE_BACKENDS,
 }
 
 
@@ -88,8 +96,8 @@ def _reducers(combine: str | Mapping[str, str] | None) -> Reducer | dict[str, Re
         )
     names = [combine] if isinstance(combine, str) else list(combine.values())
     for n in names:
-        if n not in _REDUCERS:
-            raise ValueError(f"Invalid reducer {n!r}. Expected one of {', '.join(_REDUCERS)}.")
+        if n not in REDUCERS:
+            raise ValueError(f"Invalid reducer {n!r}. Expected one of {', '.join(REDUCERS)}.")
     if isinstance(combine, str):
         return combine  # type: ignore[return-value]
     return dict(combine)  # type: ignore[arg-type]

@@ -8,12 +8,25 @@ tool's JSON Schema; keep them short and concrete.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# The allowed values of each option, listed once: the Literal types the models (and so the
+# JSON Schemas) use, and tuples derived from them for code that checks values by hand.
 Backend = Literal["ncu", "cupti", "events"]
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
+RUNNABLE_BACKENDS: tuple[Backend, ...] = ("ncu", "events")
+"""Backends this version runs; 'cupti' is in the schema but refused in preflight until its
+collector lands."""
 Reducer = Literal["none", "sum", "max", "min", "mean", "first", "last"]
+REDUCERS: tuple[Reducer, ...] = get_args(Reducer)
+CacheControl = Literal["all", "none"]
+CACHE_CONTROLS: tuple[CacheControl, ...] = get_args(CacheControl)
+ClockControl = Literal["none", "base"]
+CLOCK_CONTROLS: tuple[ClockControl, ...] = get_args(ClockControl)
+ReplayMode = Literal["kernel", "range"]
+REPLAY_MODES: tuple[ReplayMode, ...] = get_args(ReplayMode)
 
 DEFAULT_METRIC = "gpu__time_duration.sum"
 """Nsight Python's default metric: GPU time of one kernel, ns."""
@@ -100,7 +113,7 @@ class KernelsSpec(_Strict):
         max_length=64,
         description="Glob patterns of kernel names (function name base) to drop before counting.",
     )
-    replay_mode: Literal["kernel", "range"] = Field(
+    replay_mode: ReplayMode = Field(
         "kernel",
         description="ncu replay mode. 'range' profiles each annotated call as one range (Kernel='range').",
     )
@@ -157,10 +170,10 @@ class ProfileRequest(_Strict):
     )
     check: CheckSpec = Field(default=CheckSpec())
     kernels: KernelsSpec = Field(default=KernelsSpec())
-    cache_control: Literal["all", "none"] = Field(
+    cache_control: CacheControl = Field(
         "all", description="ncu --cache-control: 'all' flushes caches before each profiled kernel."
     )
-    clock_control: Literal["none", "base"] = Field(
+    clock_control: ClockControl = Field(
         "none", description="ncu --clock-control: 'none' leaves a shared GPU's clocks alone."
     )
     source: str | None = Field(
