@@ -1,60 +1,62 @@
-"""The MCP server: four thin tools over nsight_core, plus result resources and a prompt.
+"""The MCP server: four thin tools over nsight_core, built by `build_server`.
 
 Each tool parses its arguments (pydantic models, so every tool has an input and an output
-schema), calls nsight_core or the job queue, and returns a model. Errors an agent can fix
-come back as `ToolError`s whose text starts with the stable error class and says what to
-change. Unknown arguments are refused by a middleware, since the SDK would drop them.
-The job queue lives in the lifespan (one per connection in memory, one per process over
-stdio and HTTP); the store lives with the server, so results outlive both.
+schema), calls nsight_core or the job queue, and returns a model. The rest lives in modules
+named for it: `answers` (compact, narrowed answers with the next step), `tool_errors`
+(errors an agent can fix, class first; the unknown-argument middleware), `resources` and
+`prompts`. The job queue lives in the lifespan (one per connection in memory, one per
+process over stdio and HTTP); the store lives with the server, so results outlive both.
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
-import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
 import anyio.to_thread
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
 
 from nsight_core.catalog import MetricsValidation
 from nsight_core.catalog import validate_metrics as catalog_validate_metrics
 from nsight_core.errors import NsightCoreError
 from nsight_core.probe import EnvironmentReport, probe_environment
 from nsight_core.request import ProfileRequest
-from nsight_core.results import Failure, JobStatus, ProfileResult
+from nsight_core.results import JobStatus, ProfileResult
 from nsight_core.store import (
     RESULT_ID_PATTERN,
     CorruptResultError,
     ResultFilter,
     ResultStore,
-    ResultSummary,
     Retention,
     validate_result_id,
 )
 from nspy_mcp import __version__
+from nspy_mcp.answers import (
+    ReadResultsAnswer,
+    listing,
+    parse_time,
+    result_answer,
+    shape_result,
+    with_next_step,
+)
 from nspy_mcp.jobs import DeviceLocks, JobQueue, ProgressSink
 from nspy_mcp.progress import ProgressUpdate
+from nspy_mcp.prompts import register_prompt
+from nspy_mcp.resources import register_resources
+from nspy_mcp.tool_errors import corrupt_error, reject_unknown_arguments, tool_error
 
 log = logging.getLogger(__name__)
-
-COMPACT_TRACEBACK_LINES = 12
-"""Traceback lines kept in compact answers: the frames nearest the error, where the cause
-usually is; detail='full' returns all of them."""
 
 INSTRUCTIONS = """\
 nspy-mcp checks GPU kernel candidates against a trusted reference and profiles the ones that
@@ -85,46 +87,6 @@ class AppState:
     jobs: JobQueue
 
 
-class ReadResultsAnswer(BaseModel):
-    """A stored result (with result_id) or a page of past results (without)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    result: ProfileResult | None = Field(
-        None,
-        description=(
-            "The result asked for by result_id; rows, comparisons, correctness and failures "
-            "narrowed by annotation/config_id/metric. Raw per-run values only with detail='full'."
-        ),
-    )
-    results: list[ResultSummary] = Field(
-        default_factory=list, description="Past results, newest first (when no result_id)."
-    )
-    total: int | None = Field(None, description="How many stored results match the filters.")
-    next_cursor: str | None = Field(
-        None, description="Pass this as `cursor` to get the next page; null on the last page."
-    )
-    message: str = Field(description="What this answer holds and what to call next.")
-
-
-# -- errors --------------------------------------------------------------------------------
-
-
-def tool_error(err: NsightCoreError) -> ToolError:
-    """An engine error as the agent reads it: class first, then what to change."""
-    text = f"{err.error_class.value}: {err.message}"
-    if err.hint:
-        text += f". To fix: {err.hint}"
-    return ToolError(text)
-
-
-def corrupt_error(err: CorruptResultError) -> ToolError:
-    return ToolError(
-        f"{err}. This stored result cannot be read back; run the job again "
-        f"(the directory {err.path.parent} is left for inspection)"
-    )
-
-
 def _state(ctx: Context[AppState, Any]) -> AppState:
     return ctx.request_context.lifespan_context
 
@@ -137,70 +99,6 @@ def _progress_sink(ctx: Context[AppState, Any]) -> ProgressSink:
         await ctx.report_progress(update.progress, update.total, message)
 
     return report
-
-
-# -- compact answers -----------------------------------------------------------------------
-
-
-def _trim_traceback(tb: str) -> str:
-    lines = tb.rstrip("\n").splitlines()
-    if len(lines) <= COMPACT_TRACEBACK_LINES:
-        return tb
-    cut = len(lines) - COMPACT_TRACEBACK_LINES
-    kept = "\n".join(lines[-COMPACT_TRACEBACK_LINES:])
-    return f"[{cut} earlier traceback lines cut; detail='full' has them]\n{kept}"
-
-
-def shape_result(
-    result: ProfileResult,
-    *,
-    full: bool,
-    annotation: str | None = None,
-    config_id: int | None = None,
-    metric: str | None = None,
-) -> ProfileResult:
-    """Narrow a result to the filters; compact drops raw per-run values and long tracebacks."""
-
-    def keep(ann: str | None, cid: int | None, met: str | None = None) -> bool:
-        return (
-            (annotation is None or ann is None or ann == annotation)
-            and (config_id is None or cid is None or cid == config_id)
-            and (metric is None or met is None or met == metric)
-        )
-
-    rows = [r for r in result.rows if keep(r.Annotation, r.ConfigId, r.Metric)]
-    comparisons = [
-        c
-        for c in result.comparisons
-        if keep(c.Annotation, c.ConfigId, c.Metric) or keep(c.Baseline, c.ConfigId, c.Metric)
-    ]
-    correctness = [c for c in result.correctness if keep(c.Annotation, c.ConfigId)]
-    failures = [f for f in result.failures if keep(f.Annotation, f.ConfigId)]
-    error = result.error
-    if not full:
-        rows = [r.model_copy(update={"RawValues": []}) for r in rows]
-        failures = [_compact_failure(f) for f in failures]
-        error = _compact_failure(error) if error is not None else None
-    return result.model_copy(
-        update={
-            "rows": rows,
-            "comparisons": comparisons,
-            "correctness": correctness,
-            "failures": failures,
-            "error": error,
-        }
-    )
-
-
-def _compact_failure(f: Failure) -> Failure:
-    return f.model_copy(update={"Traceback": _trim_traceback(f.Traceback)})
-
-
-def _with_next_step(result: ProfileResult) -> ProfileResult:
-    if result.status in ("queued", "running") or not result.rows:
-        return result
-    hint = f" Raw per-run values: read_results(result_id='{result.result_id}', detail='full')."
-    return result.model_copy(update={"message": (result.message or result.status) + hint})
 
 
 # -- tools ---------------------------------------------------------------------------------
@@ -296,7 +194,7 @@ async def profile_candidates(request: ProfileRequest, ctx: Context[AppState, Any
     except NsightCoreError as err:
         raise tool_error(err) from err
     result = await state.jobs.wait(job, request.wait_s, _progress_sink(ctx), owner=True)
-    return _with_next_step(shape_result(result, full=False))
+    return with_next_step(shape_result(result, full=False))
 
 
 async def read_results(
@@ -368,15 +266,15 @@ async def read_results(
     full = detail == "full"
     try:
         if result_id is None:
-            return _listing(
+            return listing(
                 state.store,
                 ResultFilter(
                     status=status,
                     annotation=annotation,
                     config_id=config_id,
                     metric=metric,
-                    since=_parse_time("since", since),
-                    until=_parse_time("until", until),
+                    since=parse_time("since", since),
+                    until=parse_time("until", until),
                 ),
                 limit=limit,
                 cursor=cursor,
@@ -398,21 +296,9 @@ async def read_results(
         raise tool_error(err) from err
     except CorruptResultError as err:
         raise corrupt_error(err) from err
-    shaped = shape_result(
+    return result_answer(
         result, full=full, annotation=annotation, config_id=config_id, metric=metric
     )
-    narrowed = [
-        f"{k}={v!r}"
-        for k, v in (("annotation", annotation), ("config_id", config_id), ("metric", metric))
-        if v is not None
-    ]
-    message = f"result {result.result_id} is {result.status}: {result.message}"
-    if result.rows:
-        message += f" Showing {len(shaped.rows)} of {len(result.rows)} rows"
-        message += f" ({', '.join(narrowed)})." if narrowed else "."
-        if not full:
-            message += " detail='full' adds raw per-run values."
-    return ReadResultsAnswer(result=shaped, message=message)
 
 
 async def _one_result(
@@ -422,182 +308,6 @@ async def _one_result(
     if job is not None:
         return await state.jobs.wait(job, wait_s, _progress_sink(ctx), owner=False)
     return await anyio.to_thread.run_sync(state.store.load, result_id)
-
-
-def _listing(
-    store: ResultStore, filt: ResultFilter, *, limit: int, cursor: str | None
-) -> ReadResultsAnswer:
-    page = store.query(filt, limit=limit, cursor=cursor)
-    if page.next_cursor is not None:
-        more = f"call read_results with the same filters and cursor='{page.next_cursor}' for the next page"
-    else:
-        more = "this is the last page"
-    message = (
-        f"{len(page.summaries)} of {page.total} matching result(s), newest first; {more}. "
-        "Read one with read_results(result_id=...)."
-    )
-    return ReadResultsAnswer(
-        results=page.summaries, total=page.total, next_cursor=page.next_cursor, message=message
-    )
-
-
-def _parse_time(name: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        dt = datetime.fromisoformat(value.strip())
-    except ValueError as exc:
-        raise ToolError(
-            f"invalid_request: {name}={value!r} is not an ISO 8601 time; "
-            "use e.g. '2026-12-01T12:00:00Z' or '2026-12-01'"
-        ) from exc
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
-
-
-# -- unknown arguments ---------------------------------------------------------------------
-
-
-def reject_unknown_arguments(server: MCPServer[Any]) -> Any:
-    """Middleware: a tools/call with arguments the tool does not take is refused, by name."""
-    allowed: dict[str, list[str]] = {}
-
-    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        params = ctx.params
-        if ctx.method == "tools/call" and isinstance(params, Mapping):
-            name, args = params.get("name"), params.get("arguments")
-            if not allowed:
-                for tool in await server.list_tools():
-                    allowed[tool.name] = sorted(tool.input_schema.get("properties", {}))
-            if isinstance(name, str) and name in allowed and isinstance(args, Mapping):
-                known = allowed[name]
-                extra = sorted(str(k) for k in args if k not in known)
-                if extra:
-                    return _unknown_arguments_result(name, extra, known)
-        return await call_next(ctx)
-
-    return middleware
-
-
-def _unknown_arguments_result(tool: str, extra: list[str], known: list[str]) -> CallToolResult:
-    hints = []
-    for arg in extra:
-        close = difflib.get_close_matches(arg, known, n=1)
-        if close:
-            hints.append(f"{arg!r} -> did you mean {close[0]!r}?")
-    text = f"invalid_request: unknown argument(s) {extra} for tool {tool}; it takes {known}" + (
-        f" ({'; '.join(hints)})" if hints else ""
-    )
-    return CallToolResult(is_error=True, content=[TextContent(type="text", text=text)])
-
-
-# -- resources and prompt ------------------------------------------------------------------
-
-
-def _register_resources(server: MCPServer[Any], store: ResultStore) -> None:
-    def load(result_id: str) -> ProfileResult:
-        try:
-            return store.load(validate_result_id(result_id))
-        except NsightCoreError as err:
-            raise ResourceNotFoundError(f"{err.error_class.value}: {err}") from err
-        except CorruptResultError as err:
-            raise ResourceError(str(err)) from err
-
-    @server.resource(
-        "nspy://results",
-        name="results",
-        description="The 50 most recent results (summaries), newest first.",
-        mime_type="application/json",
-    )
-    def recent_results() -> str:
-        page = store.query(limit=50)
-        return "[" + ",".join(s.model_dump_json() for s in page.summaries) + "]"
-
-    @server.resource(
-        "nspy://results/{result_id}",
-        name="result",
-        description="A whole stored result (ProfileResult JSON, raw per-run values included).",
-        mime_type="application/json",
-    )
-    def result_resource(result_id: str) -> str:
-        return load(result_id).model_dump_json()
-
-    parts: dict[str, str] = {
-        "rows": "Rows with statistics, trust verdicts and raw per-run values.",
-        "comparisons": "Candidate vs reference comparisons (Speedup, CI, Resolvable).",
-        "correctness": "Correctness verdicts per candidate and config.",
-        "failures": "Failures of callables, runs or the whole job.",
-    }
-
-    def part_reader(part: str) -> Any:
-        def read_part(result_id: str) -> str:
-            items = getattr(load(result_id), part)
-            return "[" + ",".join(item.model_dump_json() for item in items) + "]"
-
-        read_part.__name__ = f"result_{part}"
-        return read_part
-
-    for part, description in parts.items():
-        server.resource(
-            f"nspy://results/{{result_id}}/{part}",
-            name=f"result-{part}",
-            description=description,
-            mime_type="application/json",
-        )(part_reader(part))
-
-    @server.resource(
-        "nspy://results/{result_id}/manifest",
-        name="result-manifest",
-        description="The request, status, times, provenance and artifact paths of a result.",
-        mime_type="application/json",
-    )
-    def manifest_resource(result_id: str) -> str:
-        result = load(result_id)
-        request = store.load_request(result.result_id)
-        return _manifest_json(result, request)
-
-
-def _manifest_json(result: ProfileResult, request: ProfileRequest) -> str:
-    return json.dumps(
-        {
-            "result_id": result.result_id,
-            "status": result.status,
-            "created_at": result.created_at,
-            "finished_at": result.finished_at,
-            "request": request.model_dump(mode="json"),
-            "provenance": result.provenance.model_dump(mode="json") if result.provenance else None,
-            "artifacts": result.artifacts,
-        }
-    )
-
-
-def _register_prompt(server: MCPServer[Any]) -> None:
-    @server.prompt(
-        name="optimize_kernel",
-        title="Optimize a kernel with nspy-mcp",
-        description="The check -> validate -> profile -> read -> iterate loop, for one kernel.",
-    )
-    def optimize_kernel(
-        reference: str = "ref.py:kernel",
-        inputs: str = "ref.py:make_inputs",
-        goal: str = "a faster candidate that stays correct",
-    ) -> str:
-        return (
-            f"Goal: {goal}. Reference: {reference}; inputs: {inputs}.\n"
-            "1. Call check_environment once; pick a backend it says works here "
-            "('ncu' for counters, 'events' for time only) and act on its remediation text.\n"
-            "2. If you want metrics beyond the default, call validate_metrics and fix every "
-            "name it does not call valid.\n"
-            "3. Write one or more candidates in files, then call profile_candidates with "
-            f"reference={reference!r}, inputs={inputs!r}, your candidates, a few "
-            "representative configs, runs >= 3 and an absolute workdir.\n"
-            "4. If the answer says 'running', call read_results with its result_id "
-            "(wait_s waits). Read correctness first: a candidate that failed is not timed; "
-            "fix it. Then read comparisons: trust only Resolvable speedups on rows with "
-            "Trust 'ok'; a null value comes with ErrorClass and Error.\n"
-            "5. Change one thing, profile again, compare with read_results; stop when the "
-            "speedup is resolvable and stable. Never change GPU clocks, power or driver "
-            "settings."
-        )
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -636,8 +346,8 @@ def build_server(
         profile_candidates
     )
     server.tool(title="Read stored results", annotations=READ_ONLY)(read_results)
-    _register_resources(server, result_store)
-    _register_prompt(server)
+    register_resources(server, result_store)
+    register_prompt(server)
     return server
 
 

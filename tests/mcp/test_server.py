@@ -27,6 +27,9 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult, Tool
 
+from nsight_core.catalog import MetricsValidation
+from nsight_core.manifest import result_manifest
+from nsight_core.probe import EnvironmentReport
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.store import RESULT_FILE, ResultStore
@@ -343,7 +346,10 @@ async def test_profile_then_read_shows_verdicts_speedups_and_raw_values_on_reque
     rows_text = rows.contents[0]
     assert rows_text.mime_type == "application/json"
     assert len(json.loads(getattr(rows_text, "text", "[]"))) == len(full_rows)
-    assert json.loads(getattr(manifest.contents[0], "text", "{}"))["request"]["backend"] == "events"
+    served = json.loads(getattr(manifest.contents[0], "text", "{}"))
+    assert served["request"]["backend"] == "events"
+    with ResultStore(tmp_path) as store:  # the resource and the store share one builder
+        assert served == result_manifest(store.load(result_id), store.load_request(result_id))
 
     assert seen, "no progress notifications arrived"
     values = [p for p, _, _ in seen]
@@ -510,12 +516,31 @@ async def test_environment_and_metric_tools_answer_with_their_models(
 ) -> None:
     async with connected(tmp_path, mode) as client:
         with anyio.fail_after(60):
-            env = structured(await client.call_tool("check_environment", {}))
-            metrics = await client.call_tool(
-                "validate_metrics", {"metrics": ["gpu__time_duration.sum"], "chip": "gh100"}
+            env_answer = await client.call_tool("check_environment", {})
+            metrics_answer = await client.call_tool(
+                "validate_metrics",
+                {"metrics": ["gpu__time_duration.sum", "dram__throughput"], "chip": "gh100"},
             )
-    assert "backends" in env
-    assert metrics.is_error or metrics.structured_content is not None
+    env = EnvironmentReport.model_validate(structured(env_answer))
+    assert [b.name for b in env.backends] == ["ncu", "cupti", "events"]
+    assert env.backend("events").available  # time only, works without a GPU too
+    assert {f.name for f in env.frameworks} >= {"torch", "triton", "cupy"}
+
+    metrics = MetricsValidation.model_validate(structured(metrics_answer))
+    assert (metrics.chip, metrics.chip_source, metrics.catalog_source) == (
+        "gh100",
+        "argument",
+        "shipped",
+    )
+    duration, base = metrics.metrics
+    assert (duration.name, duration.status, duration.unit) == (
+        "gpu__time_duration.sum",
+        "valid",
+        "ns",
+    )
+    assert base.status == "needs_suffix"
+    assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" in base.valid_names
+    assert metrics.all_valid is False
 
 
 async def test_the_prompt_walks_the_check_validate_profile_read_loop(tmp_path: Path) -> None:
@@ -554,16 +579,69 @@ async def test_a_stdio_subprocess_round_trip(tmp_path: Path) -> None:
     assert (tmp_path / answer["result_id"] / RESULT_FILE).is_file()
 
 
+FRAMEWORKS = ("torch", "triton", "cupy", "nspy_mcp.demo_kernels")
+
+TORCH_SOFTMAX = textwrap.dedent(
+    """
+    import torch
+
+    def ref(x):
+        return torch.softmax(x, dim=-1)
+
+    def cand(x):
+        e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+        return e / e.sum(dim=-1, keepdim=True)
+
+    def make(rows, cols):
+        return (torch.randn(rows, cols),)
+    """
+)
+
+
 def test_the_server_process_never_imports_frameworks_or_candidate_code(tmp_path: Path) -> None:
-    code = (
-        "import sys; from nspy_mcp.server import build_server; "
-        f"build_server({str(tmp_path)!r}); "
-        "print(sorted(m for m in ('torch', 'triton', 'cupy', 'nspy_mcp.demo_kernels') if m in sys.modules))"
+    # A CPU-torch job runs through the server in a fresh process; the worker is a
+    # subprocess, so only it may import torch. Checked right after build_server and again
+    # after the job finished.
+    request = {
+        "reference": "ref",
+        "candidates": ["cand"],
+        "inputs": "make",
+        "source": TORCH_SOFTMAX,
+        "configs": [{"rows": 4, "cols": 8}],
+        "backend": "events",
+        "runs": 1,
+        "check": {"seeds": 1},
+    }
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        import anyio
+        from mcp import Client
+        from nspy_mcp.server import build_server
+
+        def loaded():
+            return sorted(m for m in {FRAMEWORKS!r} if m in sys.modules)
+
+        async def main():
+            server = build_server({str(tmp_path)!r})
+            before = loaded()
+            async with Client(server) as client:
+                answer = await client.call_tool("profile_candidates", {{"request": {request!r}}})
+            print(json.dumps({{"before": before, "after": loaded(),
+                               "answer": answer.structured_content}}))
+
+        anyio.run(main)
+        """
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
-    assert out.stdout.strip() == "[]"
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    answer = seen["answer"]
+    assert answer["status"] == "done", answer["message"]
+    assert [c["Passed"] for c in answer["correctness"]] == [True]
+    assert all(r["NumRuns"] == 1 for r in answer["rows"])  # torch ran, in the worker
+    assert seen["before"] == [] and seen["after"] == []
 
 
 def test_http_is_refused_on_a_non_loopback_address(
