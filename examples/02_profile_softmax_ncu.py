@@ -12,9 +12,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gpu_required import EVENTS_ENGINE, exit_unless_gpu
+
 from nsight_core.pipeline import run_profile_job
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
+
+# Before torch and triton: on a host without them, a plain message instead of a traceback.
+exit_unless_gpu(__name__, instead=EVENTS_ENGINE, triton=True)
 
 NEEDS_GPU = True
 HERE = Path(__file__).resolve().parent

@@ -9,10 +9,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
+from gpu_required import EVENTS_KERNEL, exit_unless_gpu
 
 from nsight_core.annotation import annotate
 from nsight_core.api import ProfileResults, kernel
+
+# Before torch and triton: on a host without them, a plain message instead of a traceback.
+exit_unless_gpu(__name__, instead=EVENTS_KERNEL, triton=True)
+
+import torch  # noqa: E402
 
 NEEDS_GPU = True
 HERE = str(Path(__file__).resolve().parent)

@@ -7,10 +7,14 @@ each run's kernel times are added (the kernel names are joined with '|'); with
 
 from __future__ import annotations
 
-import torch
+from gpu_required import EVENTS_KERNEL, exit_unless_gpu
 
 from nsight_core.annotation import annotate
 from nsight_core.api import ProfileResults, kernel
+
+exit_unless_gpu(__name__, instead=EVENTS_KERNEL)  # before torch: a message, not a traceback
+
+import torch  # noqa: E402
 
 NEEDS_GPU = True
 

@@ -2,6 +2,10 @@
 
 stdout is the MCP protocol under `serve`; the other subcommands are for people and write
 their answers to stdout through `sys.stdout.write`, diagnostics to stderr.
+
+Only `serve` and `demo` need the MCP SDK (about half a second to import), so every subcommand
+imports its module when it runs: `--help`, `--version`, `env`, `metrics`, `report` and `plot`
+never load `mcp` (tests/mcp/test_cli.py holds this).
 """
 
 from __future__ import annotations
@@ -12,6 +16,14 @@ import sys
 from collections.abc import Sequence
 
 from nspy_mcp import __version__
+
+STDIO_TTY_NOTE = (
+    "nspy-mcp: serving MCP over stdio: it reads JSON-RPC messages from an MCP client on stdin\n"
+    "and answers on stdout, so in a terminal it waits silently. Register it with a client\n"
+    "instead (command `nspy-mcp`, arguments `serve`; see docs/clients.md), or run\n"
+    "`nspy-mcp --help` for the commands meant for people (env, metrics, report, demo, plot).\n"
+    "Still serving; Ctrl-D or Ctrl-C ends it.\n"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,10 +96,13 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     command = args.command or "serve"
     if command == "serve":
+        http = getattr(args, "http", False)
+        if not http and sys.stdin.isatty():
+            sys.stderr.write(STDIO_TTY_NOTE)
         from nspy_mcp.server import serve
 
         return serve(
-            http=getattr(args, "http", False),
+            http=http,
             host=getattr(args, "host", "127.0.0.1"),
             port=getattr(args, "port", 8765),
             store=getattr(args, "store", None),

@@ -13,11 +13,18 @@ from collections.abc import Sequence
 
 from nsight_core.catalog import MetricsValidation, validate_metrics
 from nsight_core.errors import NsightCoreError
-from nsight_core.probe import EnvironmentReport, probe_environment
+from nsight_core.probe import EnvironmentReport, PackageStatus, probe_environment
 
 
 def _w(line: str = "") -> None:
     sys.stdout.write(line + "\n")
+
+
+def _package_state(pkg: PackageStatus) -> str:
+    """Version (or 'not installed') then the note, without repeating what the note says first."""
+    state = pkg.version or ("installed, version unknown" if pkg.installed else "not installed")
+    note = pkg.note.removeprefix(f"{state}: ").removeprefix(state)
+    return f"{state}: {note}" if note else state
 
 
 def format_environment(r: EnvironmentReport) -> str:
@@ -45,7 +52,7 @@ def format_environment(r: EnvironmentReport) -> str:
         modes = "launch" + (" attach" if n.attach_mode_ok else "") if n.launch_mode_ok else "-"
         add(f"ncu     {mark} {n.version or n.error} {n.path} [{n.source}] modes: {modes}")
     for pkg in (r.ncu_report, r.cupti_python):
-        add(f"{pkg.name:<13s}{pkg.version or 'not installed'}: {pkg.note}")
+        add(f"{pkg.name:<13s}{_package_state(pkg)}")
     c = r.counters
     add(
         f"counters  RmProfilingAdminOnly={c.rm_profiling_admin_only} admin={c.is_admin} "
@@ -86,6 +93,11 @@ def format_validation(v: MetricsValidation) -> str:
     return "\n".join(out)
 
 
+def _cli_hint(note: str) -> str:
+    """The engine's notes name the tool argument `chip=`; on the command line it is `--chip`."""
+    return note.replace("pass chip=", "pass --chip")
+
+
 def run_metrics(names: Sequence[str], *, chip: str | None, as_json: bool) -> int:
     try:
         v = validate_metrics(list(names), chip)
@@ -97,6 +109,7 @@ def run_metrics(names: Sequence[str], *, chip: str | None, as_json: bool) -> int
         else:
             sys.stderr.write(f"error: {exc}\n")
         return 2
+    v = v.model_copy(update={"notes": [_cli_hint(n) for n in v.notes]})
     _w(v.model_dump_json(indent=2) if as_json else format_validation(v))
     if v.all_valid:
         return 0

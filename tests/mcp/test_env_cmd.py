@@ -54,3 +54,38 @@ def test_metrics_exit_1_on_a_typo_and_0_when_all_valid(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "gpu__time_duration.sum" in bad.stdout
     good = _run(["metrics", "gpu__time_duration.sum", "--chip", "gh100"], tmp_path)
     assert good.returncode == 0, good.stdout
+
+
+def test_env_text_says_not_installed_once_per_package(tmp_path: Path) -> None:
+    p = _run(["env"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("ncu-report", "cupti-python"))]
+    assert len(lines) == 2
+    for line in lines:
+        assert line.count("not installed") <= 1, line
+        assert ": " in line and not line.rstrip().endswith(":"), line
+
+
+def test_package_state_keeps_version_and_note_and_drops_the_repeat() -> None:
+    from nsight_core.probe import PackageStatus
+    from nspy_mcp.env_cmd import _package_state
+
+    missing = PackageStatus(name="x", installed=False, note="not installed: pip install x")
+    assert _package_state(missing) == "not installed: pip install x"
+    there = PackageStatus(name="x", installed=True, version="1.2", note="reader 1.2 >= ncu 1.1")
+    assert _package_state(there) == "1.2: reader 1.2 >= ncu 1.1"
+    bare = PackageStatus(name="x", installed=False)
+    assert _package_state(bare) == "not installed"
+
+
+@pytest.mark.skipif(not HAVE_GH100, reason="no shipped gh100 catalog yet")
+def test_metrics_hints_name_the_cli_flag_not_the_tool_argument(tmp_path: Path) -> None:
+    for args in (
+        ["metrics", "gpu__time_duration.sum"],
+        ["metrics", "gpu__time_duration.sum", "--json"],
+    ):
+        p = _run(args, tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert "chip=" not in p.stdout
+    if '"chip_source": "default"' in p.stdout:  # no GPU here: the note says how to choose
+        assert "pass --chip" in p.stdout
