@@ -29,6 +29,8 @@ from nsight_core.ncu_install import (
     parse_ncu_version,
     query_ncu_version,
 )
+from nsight_core.pipeline import preflight
+from nsight_core.request import ProfileRequest
 from nspy_mcp.env_cmd import format_environment
 
 FALSE = shutil.which("false")
@@ -115,6 +117,14 @@ def test_probe_and_runner_agree_on_the_ncu_used_and_why_there_is_none(
     assert err.value.message == report.ncu_problem
     assert report.ncu_problem in report.backend("ncu").reason
     assert not report.backend("ncu").available
+    # The pipeline's preflight refuses an ncu job here too, before anything starts.
+    request = ProfileRequest(
+        reference="ref.py:slow", candidates=["cand.py:fast"], inputs="ref.py:make_inputs"
+    )
+    assert request.backend == "ncu"
+    with pytest.raises(NsightCoreError) as refused:
+        preflight(request)
+    assert refused.value.error_class is ErrorClass.PROFILER_ERROR
 
 
 def test_a_typo_in_nspy_ncu_never_falls_back_to_the_ncu_on_path(
