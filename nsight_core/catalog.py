@@ -10,9 +10,13 @@ Where catalogs come from:
 
 - shipped: ``nsight_core/data/catalogs/<ncu-version>/<chip>.json.gz``, written by
   ``tools/record_catalogs.py`` on a GPU host from real ``ncu --query-metrics`` output;
-- live: when an ``ncu`` is on PATH, ``ncu --query-metrics --chips X`` (base names with
-  type/unit/description) plus ``--query-metrics-mode all`` (every full name), parsed here
+- live: when the probe reports a usable ncu (found by `nsight_core.ncu_install`),
+  ``ncu --query-metrics --chips X`` (base names with type/unit/description) plus
+  ``--query-metrics-mode all`` (every full name), run by `sandbox.run_command`, parsed here
   with the same code the recorder uses, and cached per (ncu version, chip).
+
+Chip names (the GPU -> chip table, ``ncu --list-chips`` parsing) belong to
+`nsight_core.ncu_install`.
 
 The parser is tolerant: it reads ncu's ``--csv`` form (columns found by header, not by
 position) and the aligned text table (column widths from the dashed rule under the header),
@@ -36,13 +40,14 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.ncu_install import DEFAULT_CHIP, parse_list_chips, table_chips
+from nsight_core.probe import cache_dir, probe_environment
+from nsight_core.sandbox import run_command
 
 CATALOG_FORMAT = 1
 """Version of the JSON layout below; bump it when the layout changes."""
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-_CHIP_RE = re.compile(r"^[a-z]{2}\d{2,3}[a-z0-9]{0,3}$")
-_NCU_VERSION_RE = re.compile(r"Version\s+(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 class QueryRow(NamedTuple):
@@ -59,27 +64,9 @@ class QueryRow(NamedTuple):
 # --------------------------------------------------------------------------------------
 
 
-def parse_ncu_version(text: str) -> str | None:
-    """``ncu --version`` text -> ``"2025.3.1.0"`` (None when no version is printed)."""
-    m = _NCU_VERSION_RE.search(text)
-    if not m:
-        return None
-    return ".".join(p for p in m.groups() if p is not None)
-
-
 def catalog_version_dir(ncu_version: str) -> str:
     """Directory name for a catalog recorded by ncu ``ncu_version``: major.minor.patch."""
     return ".".join(ncu_version.split(".")[:3])
-
-
-def parse_list_chips(text: str) -> list[str]:
-    """``ncu --list-chips`` text -> sorted chip names (``ga100``, ``gh100``...).
-
-    ncu prints the names separated by commas and/or whitespace, possibly after a header
-    line; anything that does not look like a chip name is ignored.
-    """
-    chips = {tok.lower() for tok in re.split(r"[\s,;]+", text) if _CHIP_RE.match(tok.lower())}
-    return sorted(chips)
 
 
 def _is_noise(line: str) -> bool:
@@ -260,52 +247,6 @@ def load_catalog_bytes(data: bytes) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------
-# Chips
-# --------------------------------------------------------------------------------------
-
-_NAME_HINTS: tuple[tuple[str, str], ...] = (
-    # (regex over the product name, ncu chip); first match wins, so specific before general.
-    (r"\bG?H(100|200|800|20)\b", "gh100"),
-    (r"\bG?B(200|100)\b", "gb100"),
-    (r"\bRTX (PRO )?50[89]0|\bRTX PRO 6000 Blackwell", "gb202"),
-    (r"\bA(100|800|30)\b", "ga100"),
-    (r"\bL40S?\b|\bRTX 4090\b|\bRTX 6000 Ada", "ad102"),
-    (r"\bL4\b", "ad104"),
-    (r"\bA(10|40|6000)\b|\bRTX A6000\b|\bRTX 30[89]0", "ga102"),
-    (r"\bT4\b", "tu104"),
-    (r"\bV100\b", "gv100"),
-)
-
-_CC_DEFAULT: dict[str, str] = {
-    # compute capability -> the ncu chip of that architecture's largest part
-    "7.0": "gv100",
-    "7.5": "tu102",
-    "8.0": "ga100",
-    "8.6": "ga102",
-    "8.7": "ga10b",
-    "8.9": "ad102",
-    "9.0": "gh100",
-    "10.0": "gb100",
-    "12.0": "gb202",
-}
-
-DEFAULT_CHIP = "gh100"
-"""Chip assumed when none is given and no GPU is visible (the project's H200 test host)."""
-
-
-def chip_for_gpu(name: str | None, compute_capability: str | None) -> str | None:
-    """The ncu chip name of a GPU: from its product name when it is telling, else from its
-    compute capability (the architecture's largest part), else None.
-
-    H100 and H200 are both ``gh100``; an A100 is ``ga100``; an RTX 4090 is ``ad102``.
-    """
-    for pattern, chip in _NAME_HINTS:
-        if name and re.search(pattern, name, re.IGNORECASE):
-            return chip
-    return _CC_DEFAULT.get(compute_capability or "")
-
-
-# --------------------------------------------------------------------------------------
 # Loading and indexing
 # --------------------------------------------------------------------------------------
 
@@ -422,8 +363,6 @@ def load_shipped(chip: str, version_dir: str, root: Path | None = None) -> Catal
 def query_live_catalog(ncu: str, ncu_version: str, chip: str) -> CatalogIndex:
     """Catalog from a live ``ncu --query-metrics --chips CHIP``, cached per (version, chip)
     in memory and under the user cache directory. Raises NsightCoreError(PROFILER_ERROR)."""
-    from nsight_core.probe import cache_dir
-
     vdir = catalog_version_dir(ncu_version)
     key = ("live", vdir, chip)
     if key in _index_cache:
@@ -442,8 +381,6 @@ def query_live_catalog(ncu: str, ncu_version: str, chip: str) -> CatalogIndex:
 
 
 def _query_live(ncu: str, ncu_version: str, chip: str) -> dict[str, Any]:
-    from nsight_core.probe import run_limited
-
     colls: dict[str, tuple[Sequence[QueryRow], Sequence[QueryRow] | None]] = {}
     for coll in COLLECTION_ORDER:
         texts: list[str | None] = []
@@ -453,13 +390,13 @@ def _query_live(ncu: str, ncu_version: str, chip: str) -> dict[str, Any]:
                 argv += ["--query-metrics-collection", coll]
             if mode == "all":
                 argv += ["--query-metrics-mode", "all"]
-            r = run_limited(argv, LIVE_QUERY_TIMEOUT_S)
-            texts.append(r.stdout if r.returncode == 0 else None)
-            if coll == "profiling" and r.returncode != 0:
+            r = run_command(argv, LIVE_QUERY_TIMEOUT_S)
+            texts.append(r.stdout.text() if r.exit_code == 0 else None)
+            if coll == "profiling" and r.exit_code != 0:
+                out = (r.stderr.text() or r.stdout.text()).strip() or r.message
                 raise NsightCoreError(
                     ErrorClass.PROFILER_ERROR,
-                    f"`ncu --query-metrics --chips {chip}` failed: "
-                    f"{r.error or (r.stderr or r.stdout).strip()[:300]}",
+                    f"`ncu --query-metrics --chips {chip}` failed: {out[:300]}",
                     "pass a chip from `ncu --list-chips`, or use the shipped catalogs",
                 )
         base_text, all_text = texts
@@ -678,7 +615,7 @@ def estimate_passes(checks: Sequence[MetricCheck], idx: CatalogIndex | None) -> 
 
 def known_chips() -> list[str]:
     """Chips this module can name: shipped catalogs plus the architecture table."""
-    chips = set(_CC_DEFAULT.values()) | {c for _, c in _NAME_HINTS}
+    chips = set(table_chips())
     for cs in shipped_catalogs().values():
         chips.update(cs)
     return sorted(chips)
@@ -689,8 +626,6 @@ def _resolve_chip(
 ) -> tuple[str, Literal["argument", "gpu", "default"]]:
     if chip:
         return chip.strip().lower(), "argument"
-    from nsight_core.probe import probe_environment
-
     env = probe_environment()
     if env.gpus and (gchip := env.gpus[0].chip):
         g = env.gpus[0]
@@ -710,8 +645,6 @@ def _resolve_chip(
 
 
 def _used_ncu() -> tuple[str, str] | None:
-    from nsight_core.probe import probe_environment
-
     env = probe_environment()
     used = next((n for n in env.ncu if n.used), None)
     if used and used.version and used.launch_mode_ok:
@@ -813,8 +746,6 @@ _live_chip_cache: dict[str, list[str]] = {}
 
 def _live_chips(ncu: str) -> list[str]:
     if ncu not in _live_chip_cache:
-        from nsight_core.probe import run_limited
-
-        r = run_limited([ncu, "--list-chips"], 30.0)
-        _live_chip_cache[ncu] = parse_list_chips(r.stdout) if r.returncode == 0 else []
+        r = run_command([ncu, "--list-chips"], 30.0)
+        _live_chip_cache[ncu] = parse_list_chips(r.stdout.text()) if r.exit_code == 0 else []
     return _live_chip_cache[ncu]

@@ -5,16 +5,17 @@ touched, and remediation text points at the host's administrators and NVIDIA's d
 never at commands that lift a restriction.
 
 - GPUs come from NVML (``pynvml``), or from ``nvidia-smi --query-gpu`` when NVML is missing.
-- Every ``ncu`` is listed: ``$NSPY_NCU`` first (an explicit choice), then each PATH entry in
-  order; the first one is the one used. Versions come from ``ncu --version``.
+- Every ``ncu`` is listed and the used one is chosen by `nsight_core.ncu_install`, the
+  same code the pipeline asks: ``$NSPY_NCU`` when set (when it does not resolve, no ncu is
+  used and the report says why), else the first on PATH. Versions come from ``ncu --version``.
 - Python packages (ncu-report, cupti-python, torch, triton, cupy, numpy) are found through
   ``importlib.util.find_spec`` and ``importlib.metadata``; torch, triton and cupy are never
   imported into this process.
 - Counter permission: ``RmProfilingAdminOnly`` from ``/proc/driver/nvidia/params`` when it is
   readable; with ``deep=True`` also one real kernel profiled by ncu in a child process.
 
-Every external process runs in its own session under a time limit and is killed with its
-whole process group when the limit passes (`run_limited`).
+Every external process runs through `sandbox.run_command`: its own session, a time limit,
+killed with its whole process group when the limit passes.
 
 Results are cached in this process and in a JSON file under the user cache directory, keyed
 by host, driver, PATH, ``$NSPY_NCU`` and Python executable, for `CACHE_TTL_S`.
@@ -30,33 +31,33 @@ import os
 import platform
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nsight_core.catalog import chip_for_gpu, parse_ncu_version
+from nsight_core.ncu_install import (
+    ATTACH_MODE_MIN,
+    LAUNCH_MODE_MIN,
+    NO_NCU_HINT,
+    NcuDiscovery,
+    chip_for_gpu,
+    discover_ncu,
+    query_ncu_version,
+    version_tuple,
+)
+from nsight_core.sandbox import run_command
 
 CACHE_TTL_S = 300.0
 """Five minutes: long enough for an agent's burst of calls, short enough to see a new GPU job."""
 
-NCU_VERSION_TIMEOUT_S = 20.0
 NVIDIA_SMI_TIMEOUT_S = 15.0
 DEEP_TEST_TIMEOUT_S = 180.0
 """A one-kernel ncu run of a torch script: ~4 s of torch import plus ncu start-up, with room."""
-
-LAUNCH_MODE_MIN = (2022, 4)
-"""Oldest ncu we drive in launch mode (NVTX range filtering as we use it)."""
-ATTACH_MODE_MIN = (2026, 2, 1)
-"""Oldest ncu for attach mode, the optional fast path (same floor as newest Nsight Python)."""
 
 ADMIN_DOCS_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 _PARAMS_FILE = Path("/proc/driver/nvidia/params")
@@ -99,7 +100,10 @@ class NcuInstall(_Model):
     source: Literal["NSPY_NCU", "PATH"] = Field(description="Where it was found.")
     version: str | None = Field(None, description="From `ncu --version`, e.g. '2025.3.1.0'.")
     error: str | None = Field(None, description="Why the version could not be read.")
-    used: bool = Field(description="True for the one nsight_core runs (the first found).")
+    used: bool = Field(
+        description="True for the one nsight_core runs: the NSPY_NCU one when set, else the "
+        "first on PATH; none when NSPY_NCU is set but does not resolve (see ncu_problem)."
+    )
     launch_mode_ok: bool = Field(description="Version >= 2022.4: usable in launch mode.")
     attach_mode_ok: bool = Field(description="Version >= 2026.2.1: usable in attach mode.")
 
@@ -152,6 +156,11 @@ class EnvironmentReport(_Model):
     gpu_error: str | None = Field(None, description="Why no GPU could be listed.")
     ncu: list[NcuInstall] = Field(description="Every ncu found; the used one first.")
     ncu_used: str | None = Field(None, description="Path of the ncu nsight_core runs.")
+    ncu_problem: str | None = Field(
+        None,
+        description="Why no ncu is used (e.g. NSPY_NCU set to a path that does not exist); "
+        "the pipeline refuses ncu jobs with the same words.",
+    )
     ncu_report: PackageStatus
     cupti_python: PackageStatus
     counters: CounterAccess
@@ -162,54 +171,6 @@ class EnvironmentReport(_Model):
     def backend(self, name: str) -> BackendStatus:
         """The status of one backend."""
         return next(b for b in self.backends if b.name == name)
-
-
-# --------------------------------------------------------------------------------------
-# Processes with a time limit
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LimitedRun:
-    returncode: int | None
-    """None when it did not start or was killed at the time limit."""
-    stdout: str
-    stderr: str
-    timed_out: bool
-    error: str = ""
-
-
-def run_limited(
-    argv: Sequence[str], timeout_s: float, *, env: dict[str, str] | None = None
-) -> LimitedRun:
-    """Run ``argv`` in its own session; at ``timeout_s`` SIGKILL its whole process group."""
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=env,
-        )
-    except OSError as exc:
-        return LimitedRun(None, "", "", False, f"could not start {argv[0]}: {exc}")
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return LimitedRun(
-            None,
-            out.decode(errors="replace"),
-            err.decode(errors="replace"),
-            True,
-            f"{Path(argv[0]).name} did not finish within {timeout_s:g} s; its group was killed",
-        )
-    return LimitedRun(
-        proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), False
-    )
 
 
 # --------------------------------------------------------------------------------------
@@ -230,7 +191,7 @@ def _proc_name(pid: int) -> str | None:
 
 def _nvml_gpus() -> tuple[list[GpuInfo], str | None, str | None]:
     """(gpus, driver version, CUDA driver version); raises when NVML is unusable."""
-    import pynvml
+    import pynvml  # lazy: optional (nvidia-ml-py); its absence is reported, not fatal
 
     pynvml.nvmlInit()
     try:
@@ -299,12 +260,13 @@ def _int_or_none(s: str) -> int | None:
 
 def _smi_gpus(smi: str) -> tuple[list[GpuInfo], str | None, str | None]:
     """The same from ``nvidia-smi``; raises RuntimeError when it fails."""
-    r = run_limited(
+    r = run_command(
         [smi, f"--query-gpu={_SMI_FIELDS}", "--format=csv,noheader,nounits"], NVIDIA_SMI_TIMEOUT_S
     )
-    if r.returncode != 0:
-        raise RuntimeError(r.error or (r.stderr or r.stdout).strip()[:300] or "nvidia-smi failed")
-    apps = run_limited(
+    if r.exit_code != 0:
+        out = (r.stderr.text() or r.stdout.text()).strip()
+        raise RuntimeError((out or r.message).strip()[:300] or "nvidia-smi failed")
+    apps = run_command(
         [
             smi,
             "--query-compute-apps=gpu_uuid,pid,used_memory,process_name",
@@ -313,17 +275,17 @@ def _smi_gpus(smi: str) -> tuple[list[GpuInfo], str | None, str | None]:
         NVIDIA_SMI_TIMEOUT_S,
     )
     by_uuid: dict[str, list[GpuProcess]] = {}
-    for line in apps.stdout.splitlines() if apps.returncode == 0 else []:
+    for line in apps.stdout.text().splitlines() if apps.exit_code == 0 else []:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) >= 4 and (pid := _int_or_none(cells[1])) is not None:
             by_uuid.setdefault(cells[0], []).append(
                 GpuProcess(pid=pid, used_memory_mib=_int_or_none(cells[2]), name=cells[3] or None)
             )
-    header = run_limited([smi], NVIDIA_SMI_TIMEOUT_S)
-    m = re.search(r"CUDA Version:\s*([\d.]+)", header.stdout)
+    header = run_command([smi], NVIDIA_SMI_TIMEOUT_S)
+    m = re.search(r"CUDA Version:\s*([\d.]+)", header.stdout.text())
     gpus: list[GpuInfo] = []
     driver = None
-    for line in r.stdout.splitlines():
+    for line in r.stdout.text().splitlines():
         c = [x.strip() for x in line.split(",")]
         if len(c) < 10:
             continue
@@ -372,47 +334,18 @@ def _probe_gpus() -> tuple[list[GpuInfo], str | None, str | None, str, str | Non
 # --------------------------------------------------------------------------------------
 
 
-def version_tuple(version: str | None) -> tuple[int, ...]:
-    """'2025.3.1.0' -> (2025, 3, 1, 0); () when unparsable."""
-    if not version:
-        return ()
-    parts = re.findall(r"\d+", version)
-    return tuple(int(p) for p in parts)
-
-
-def _ncu_candidates() -> list[tuple[str, Literal["NSPY_NCU", "PATH"]]]:
-    found: list[tuple[str, Literal["NSPY_NCU", "PATH"]]] = []
-    seen: set[str] = set()
-    env_ncu = os.environ.get("NSPY_NCU")
-    if env_ncu:
-        p = shutil.which(env_ncu) or env_ncu
-        if os.path.isfile(p) and os.access(p, os.X_OK):
-            found.append((os.path.abspath(p), "NSPY_NCU"))
-            seen.add(os.path.realpath(p))
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        p = os.path.join(d or ".", "ncu")
-        if os.path.isfile(p) and os.access(p, os.X_OK) and os.path.realpath(p) not in seen:
-            seen.add(os.path.realpath(p))
-            found.append((os.path.abspath(p), "PATH"))
-    return found
-
-
-def _probe_ncu() -> list[NcuInstall]:
+def _probe_ncu(found: NcuDiscovery) -> list[NcuInstall]:
     out = []
-    for i, (path, source) in enumerate(_ncu_candidates()):
-        r = run_limited([path, "--version"], NCU_VERSION_TIMEOUT_S)
-        version = parse_ncu_version(r.stdout + r.stderr) if r.returncode == 0 else None
-        error = None
-        if version is None:
-            error = r.error or f"`ncu --version` gave no version (exit {r.returncode})"
+    for cand in found.candidates:
+        version, error = query_ncu_version(cand.path)
         vt = version_tuple(version)
         out.append(
             NcuInstall(
-                path=path,
-                source=source,
+                path=cand.path,
+                source=cand.source,
                 version=version,
                 error=error,
-                used=i == 0,
+                used=cand.path == found.used,
                 launch_mode_ok=bool(vt) and vt >= LAUNCH_MODE_MIN,
                 attach_mode_ok=bool(vt) and vt >= ATTACH_MODE_MIN,
             )
@@ -573,14 +506,15 @@ def _deep_counter_test(ncu: str | None, have_gpu: bool) -> tuple[str, str]:
             sys.executable,
             str(script),
         ]
-        r = run_limited(argv, DEEP_TEST_TIMEOUT_S)
-    text = r.stdout + r.stderr
+        r = run_command(argv, DEEP_TEST_TIMEOUT_S)
+    text = r.stdout.text() + r.stderr.text()
     if "ERR_NVGPUCTRPERM" in text:
         return "permission_denied", f"ncu reported ERR_NVGPUCTRPERM profiling a {fw} kernel"
-    if r.returncode == 0 and "gpu__time_duration" in text:
+    if r.exit_code == 0 and "gpu__time_duration" in text:
         return "passed", f"ncu profiled one {fw} kernel"
     tail = " | ".join(ln for ln in text.strip().splitlines()[-3:])
-    return "failed", (r.error or f"exit {r.returncode}") + (f": {tail[:300]}" if tail else "")
+    why = f"exit {r.exit_code}" if r.exit_code is not None else r.message.split("\n", 1)[0]
+    return "failed", why + (f": {tail[:300]}" if tail else "")
 
 
 def _frameworks() -> list[FrameworkStatus]:
@@ -615,18 +549,17 @@ def _ncu_backend(
     report: PackageStatus,
     counters: CounterAccess,
     fixes: list[str],
+    found: NcuDiscovery | None = None,
 ) -> BackendStatus:
-    used = ncu[0] if ncu else None
+    """``found`` says why no ncu is used, in the words the pipeline refuses a job with."""
+    used = next((n for n in ncu if n.used), None)
+    why_none = (found.problem if found else None) or "no ncu found"
     if not gpus:
-        missing = "" if used else "; no ncu on PATH or in NSPY_NCU"
+        missing = "" if used else f"; {why_none}"
         return BackendStatus(name="ncu", available=False, reason=_NO_GPU + missing)
     if used is None:
-        fixes.append(
-            "Install Nsight Compute 2022.4 or newer (it ships with the CUDA toolkit, or from "
-            "https://developer.nvidia.com/nsight-compute) and put its ncu on PATH, or point "
-            "NSPY_NCU at it."
-        )
-        return BackendStatus(name="ncu", available=False, reason="no ncu on PATH or in NSPY_NCU")
+        fixes.append(f"{why_none}: {found.hint if found else NO_NCU_HINT}.")
+        return BackendStatus(name="ncu", available=False, reason=why_none)
     if not used.launch_mode_ok:
         fixes.append(
             f"The first ncu found ({used.path}) is too old or unreadable; put Nsight Compute "
@@ -730,7 +663,7 @@ def cache_dir() -> Path:
     override = os.environ.get("NSPY_CACHE_DIR")
     if override:
         return Path(override)
-    import platformdirs
+    import platformdirs  # lazy: only when NSPY_CACHE_DIR is not set
 
     return Path(platformdirs.user_cache_dir("nspy-mcp", appauthor=False))
 
@@ -773,8 +706,9 @@ def probe_environment(*, deep: bool = False, refresh: bool = False) -> Environme
     if not refresh and (hit := _cached(deep, now)) is not None:
         return hit
     gpus, driver, cuda, gpu_source, gpu_error = _probe_gpus()
-    ncu = _probe_ncu()
-    used = ncu[0] if ncu else None
+    found = discover_ncu()
+    ncu = _probe_ncu(found)
+    used = next((n for n in ncu if n.used), None)
     report_pkg = _ncu_report_status(used.version if used else None)
     cupti = _cupti_status(driver, cuda)
     counters = CounterAccess(
@@ -790,7 +724,7 @@ def probe_environment(*, deep: bool = False, refresh: bool = False) -> Environme
     frameworks = _frameworks()
     fixes: list[str] = []
     backends = [
-        _ncu_backend(gpus, ncu, report_pkg, counters, fixes),
+        _ncu_backend(gpus, ncu, report_pkg, counters, fixes, found),
         _cupti_backend(gpus, cupti, fixes),
         _events_backend(gpus, frameworks, fixes),
     ]
@@ -820,6 +754,7 @@ def probe_environment(*, deep: bool = False, refresh: bool = False) -> Environme
         gpu_error=gpu_error,
         ncu=ncu,
         ncu_used=used.path if used else None,
+        ncu_problem=found.problem,
         ncu_report=report_pkg,
         cupti_python=cupti,
         counters=counters,

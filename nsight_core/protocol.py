@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass
 from nsight_core.request import ProfileRequest
+from nsight_core.sandbox import STDERR_FILE as STDERR_FILE
+from nsight_core.sandbox import STDOUT_FILE as STDOUT_FILE
 
 NVTX_DOMAIN = "nspy"
 """Our own NVTX domain; ncu is run with ``--nvtx --nvtx-include regex:nspy@.+``."""
@@ -40,8 +42,6 @@ JOB_FILE = "job.json"
 EVENTS_FILE = "events.jsonl"
 REPORT_FILE = "report.ncu-rep"
 NCU_LOG_FILE = "ncu.log"
-STDOUT_FILE = "stdout.txt"
-STDERR_FILE = "stderr.txt"
 
 _RANGE_RE = re.compile(r"^c(?P<config>\d+):r(?P<run>\d+):(?P<annotation>.+)$", re.DOTALL)
 

@@ -1,4 +1,8 @@
-"""Start, limit and end the processes of a job: the only module that spawns or kills.
+"""Start, limit and end processes: the only module that spawns or kills.
+
+Stdlib-only (plus `nsight_core.errors`), so tools on a bare GPU host can use it.
+`run_sandboxed` runs a job; `run_command` runs a short external command (ncu, nvidia-smi)
+under the same contract with output kept whole.
 
 Contract of `run_sandboxed`:
 
@@ -46,11 +50,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
-import anyio.to_thread
-
 from nsight_core.errors import WORKER_EXIT_CLASS, ErrorClass, NsightCoreError
-from nsight_core.protocol import STDERR_FILE, STDOUT_FILE
+
+STDOUT_FILE = "stdout.txt"
+"""Name of the capped stdout copy that `run_sandboxed` saves in ``output_dir``."""
+STDERR_FILE = "stderr.txt"
+"""Name of the capped stderr copy that `run_sandboxed` saves in ``output_dir``."""
 
 ENV_ALLOW_NAMES = frozenset(
     {
@@ -173,10 +178,6 @@ class SandboxOutcome:
     """The private directory (HOME, TMPDIR); still on disk only when ``keep_tmp``."""
     output_files: dict[str, Path] = field(default_factory=dict)
     """'stdout' / 'stderr' -> the capped copy saved in ``output_dir``."""
-
-    @property
-    def ok(self) -> bool:
-        return self.error_class is None
 
     def to_error(self) -> NsightCoreError | None:
         """The failure as an exception, or None when the process ended well."""
@@ -365,11 +366,13 @@ def run_sandboxed(
     output_dir: Path | None = None,
     keep_tmp: bool = False,
     exit_classes: Mapping[int, ErrorClass | None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> SandboxOutcome:
     """Run ``argv`` to its end under the contract of this module; never raises for the child.
 
     ``env`` holds extras on top of the allowlisted environment. ``exit_classes`` maps exit
-    codes to classes (default: the worker's codes); 0 always means success.
+    codes to classes (default: the worker's codes); 0 always means success. ``pass_fds``
+    are descriptors the child inherits (all others are closed), e.g. a pipe's write end.
     """
     argv = [str(a) for a in argv]
     table: Mapping[int, ErrorClass | None] = (
@@ -390,6 +393,7 @@ def run_sandboxed(
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=tuple(pass_fds),
                 preexec_fn=functools.partial(_limit_child, _fsize_limit(limits.file_size_bytes)),
             )
         except OSError as exc:
@@ -429,6 +433,41 @@ def run_sandboxed(
         hint=hint,
         tmp_dir=tmp,
         output_files=files,
+    )
+
+
+COMMAND_OUTPUT_BYTES = 256 * 1024**2
+"""Output `run_command` keeps whole: ncu's list of every full metric name of a chip is MBs."""
+COMMAND_KILL_GRACE_S = 1.0
+"""Seconds from SIGTERM to SIGKILL for a short command: it has nothing to flush."""
+
+
+def run_command(
+    argv: Sequence[str],
+    timeout_s: float,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    output_bytes: int = COMMAND_OUTPUT_BYTES,
+) -> SandboxOutcome:
+    """Run a short external command (``ncu --version``, ``nvidia-smi``, a metric query).
+
+    The same contract as a job: own process group killed at ``timeout_s`` (+ a 1 s grace),
+    allowlisted environment with a private ``HOME``. Output is kept whole up to
+    ``output_bytes``; every non-zero exit is crashed. Never raises for the child: read
+    ``exit_code`` (None when it did not start, timed out or died of a signal) and ``message``.
+    """
+    return run_sandboxed(
+        argv,
+        cwd=cwd if cwd is not None else Path(tempfile.gettempdir()),
+        limits=SandboxLimits(
+            wall_s=timeout_s,
+            kill_grace_s=COMMAND_KILL_GRACE_S,
+            head_bytes=output_bytes,
+            tail_bytes=0,
+        ),
+        env=env,
+        exit_classes={},
     )
 
 
@@ -543,47 +582,3 @@ def classify_end(
         # A shell or launcher reports a child's death by signal N as 128 + N.
         hint = f"code {exit_code} is what launchers report for {_signal_name(exit_code - 128)}"
     return ErrorClass.CRASHED, with_tail(f"exited with unexpected code {exit_code}"), hint
-
-
-async def run_sandboxed_async(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    limits: SandboxLimits,
-    env: Mapping[str, str] | None = None,
-    poll: Callable[[], None] | None = None,
-    output_dir: Path | None = None,
-    keep_tmp: bool = False,
-    exit_classes: Mapping[int, ErrorClass | None] | None = None,
-) -> SandboxOutcome:
-    """`run_sandboxed` in a worker thread; cancelling the caller kills the group.
-
-    On cancellation this sets the thread's cancel event and waits (shielded) until
-    `run_sandboxed` has returned, so the group is dead before the cancellation propagates.
-    """
-    cancel = threading.Event()
-    done = threading.Event()
-
-    def target() -> SandboxOutcome:
-        try:
-            return run_sandboxed(
-                argv,
-                cwd=cwd,
-                limits=limits,
-                env=env,
-                cancel=cancel,
-                poll=poll,
-                output_dir=output_dir,
-                keep_tmp=keep_tmp,
-                exit_classes=exit_classes,
-            )
-        finally:
-            done.set()
-
-    try:
-        return await anyio.to_thread.run_sync(target, abandon_on_cancel=True)
-    except anyio.get_cancelled_exc_class():
-        cancel.set()
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(done.wait)
-        raise

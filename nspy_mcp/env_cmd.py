@@ -45,7 +45,9 @@ def format_environment(r: EnvironmentReport) -> str:
         )
         for p in g.processes:
             add(f"       pid {p.pid} {p.name or '?'} {p.used_memory_mib or '?'} MiB")
-    if not r.ncu:
+    if r.ncu_problem:
+        add(f"ncu       none used: {r.ncu_problem}")
+    elif not r.ncu:
         add("ncu       none found (PATH, NSPY_NCU)")
     for n in r.ncu:
         mark = "*" if n.used else " "

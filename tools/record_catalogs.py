@@ -18,10 +18,12 @@ catalogs can be rebuilt offline with ``--from-raw`` if the parser changes. For g
 saves the plain-text ``ncu --query-metrics --chips gh100`` output as
 ``OUT/fixture-gh100-query-metrics.txt.gz`` (a parser test fixture for tests/data/).
 
-Only the standard library is needed to run the queries. Building the catalogs uses the
-parser in ``nsight_core.catalog``; where that package cannot be imported (a bare GPU host
-without pydantic), the raw outputs are still written and the summary says to run
-``--from-raw`` where nsight_core is installed.
+Only the standard library is needed to run the queries: the tool uses the stdlib-only
+``nsight_core.sandbox`` (bounded runs) and ``nsight_core.ncu_install`` (finding ncu, its
+version, its chip list), loaded from this checkout without the package's ``__init__`` when
+that cannot be imported (a bare GPU host without pydantic). Building the catalogs uses the
+parser in ``nsight_core.catalog``; where that cannot be imported, the raw outputs are still
+written and the summary says to run ``--from-raw`` where nsight_core is installed.
 
 ``--bundle DIR`` packs the results into at most a few tar files in DIR (catalogs in one, raw
 outputs in parts of at most 15 MiB), for transports that limit the number of files.
@@ -30,19 +32,41 @@ outputs in parts of at most 15 MiB), for transports that limit the number of fil
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import json
-import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
 import tarfile
 import time
+import types
 from pathlib import Path
 from typing import Any
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_stdlib_parts() -> None:
+    """Make ``nsight_core.sandbox`` and ``nsight_core.ncu_install`` importable on a bare host.
+
+    They need only the standard library, but importing them runs the package's
+    ``__init__``, which needs pydantic. When that fails, an empty package object pointing
+    at this checkout's ``nsight_core/`` stands in, so only the modules asked for are loaded.
+    """
+    if str(_ROOT) not in sys.path:
+        sys.path.insert(0, str(_ROOT))
+    try:
+        import nsight_core  # noqa: F401
+    except ImportError:
+        for name in [m for m in sys.modules if m.split(".")[0] == "nsight_core"]:
+            del sys.modules[name]
+        bare = types.ModuleType("nsight_core")
+        bare.__path__ = [str(_ROOT / "nsight_core")]
+        sys.modules["nsight_core"] = bare
+
+
+_import_stdlib_parts()
+
+from nsight_core import ncu_install  # noqa: E402
+from nsight_core.sandbox import run_command  # noqa: E402
 
 QUERY_TIMEOUT_S = 300.0
 """A full-name query of one chip took about a second on the H200; this is generous."""
@@ -50,35 +74,17 @@ QUERY_TIMEOUT_S = 300.0
 COLLECTIONS = ("profiling", "launch", "device", "occupancy")
 MODES = ("base", "all")
 RAW_PART_BYTES = 15 * 1024 * 1024
-_CHIP_RE = re.compile(r"^[a-z]{2}\d{2,3}[a-z0-9]{0,3}$")
 
 
-def run_limited(cmd: list[str], timeout_s: float) -> tuple[int, str, str, float]:
-    """Run ``cmd`` in its own session; on timeout kill its whole group. (rc, out, err, s)."""
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return 127, "", str(exc), 0.0
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return 124, out.decode(errors="replace"), "timed out", time.monotonic() - t0
-    return (
-        proc.returncode,
-        out.decode(errors="replace"),
-        err.decode(errors="replace"),
-        time.monotonic() - t0,
-    )
+def _run(cmd: list[str], timeout_s: float) -> tuple[int, str, str]:
+    """(rc, stdout, stderr) of ``cmd`` run by `sandbox.run_command` (own process group,
+    killed with it at ``timeout_s``); rc is 124 on timeout, 127 when it could not start,
+    128 + N when signal N ended it, and stderr then says why."""
+    r = run_command(cmd, timeout_s)
+    if r.exit_code is not None:
+        return r.exit_code, r.stdout.text(), r.stderr.text()
+    rc = 124 if r.timed_out else 127 if r.signal_name is None else 128
+    return rc, r.stdout.text(), r.message
 
 
 def _query_cmd(ncu: str, chip: str, collection: str, mode: str, csv: bool = True) -> list[str]:
@@ -98,9 +104,6 @@ def _raw_name(chip: str, collection: str, mode: str) -> str:
 
 def _import_catalog() -> Any:
     """nsight_core.catalog, from the installed package or this checkout; None if unavailable."""
-    root = Path(__file__).resolve().parents[1]
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
     try:
         import nsight_core.catalog as catalog
     except ImportError as exc:
@@ -154,26 +157,20 @@ def build_from_raw(catalog: Any, version: str, chip: str, texts: dict[tuple[str,
     )
 
 
-def _find_ncu(args: argparse.Namespace, catalog: Any) -> tuple[str, str, list[str]] | str:
+def _find_ncu(args: argparse.Namespace) -> tuple[str, str, list[str]] | str:
     """(ncu path, version, chips), or an error message."""
-    ncu = args.ncu or shutil.which("ncu") or ""
+    found = ncu_install.discover_ncu()
+    ncu = args.ncu or found.used
     if not ncu:
-        return "no ncu on PATH; pass --ncu PATH"
-    rc, text, err, _ = run_limited([ncu, "--version"], 30)
-    if catalog is not None:
-        version = catalog.parse_ncu_version(text)
-    else:
-        m = re.search(r"Version\s+(\d+(?:\.\d+){2,3})", text)
-        version = m.group(1) if m else None
-    if rc != 0 or not version:
-        return f"`{ncu} --version` failed (rc={rc}): {err.strip()[:300]}"
-    rc, text, err, _ = run_limited([ncu, "--list-chips"], 60)
+        return f"{found.problem}; pass --ncu PATH"
+    version, why = ncu_install.query_ncu_version(ncu)
+    if not version:
+        return f"`{ncu} --version`: {why}"
+    rc, text, err = _run([ncu, "--list-chips"], 60)
     if args.chips:
         chips = sorted({c.strip().lower() for c in args.chips.split(",") if c.strip()})
-    elif catalog is not None:
-        chips = catalog.parse_list_chips(text)
     else:
-        chips = sorted({t.lower() for t in re.split(r"[\s,;]+", text) if _CHIP_RE.match(t)})
+        chips = ncu_install.parse_list_chips(text)
     if not chips:
         return f"`ncu --list-chips` gave no chips (rc={rc}): {(text + err)[:300]}"
     vdir = ".".join(version.split(".")[:3])
@@ -192,7 +189,7 @@ def _run_queries(
     failures: list[str] = []
     for coll in COLLECTIONS:
         for mode in MODES:
-            qrc, qout, qerr, _ = run_limited(_query_cmd(ncu, chip, coll, mode), args.timeout)
+            qrc, qout, qerr = _run(_query_cmd(ncu, chip, coll, mode), args.timeout)
             if qrc != 0 or not qout.strip():
                 failures.append(f"{coll}/{mode}: rc={qrc} {qerr.strip()[:200]}")
                 continue
@@ -203,7 +200,7 @@ def _run_queries(
         if ("profiling", "base") not in texts:
             break  # the chip is not queryable; skip its other collections
     if chip == "gh100":
-        qrc, qout, _, _ = run_limited(_query_cmd(ncu, chip, "profiling", "base", False), 120)
+        qrc, qout, _ = _run(_query_cmd(ncu, chip, "profiling", "base", False), 120)
         if qrc == 0:
             fix = gzip.compress(qout.encode(), mtime=0)
             _write(out / "fixture-gh100-query-metrics.txt.gz", fix)
@@ -251,7 +248,7 @@ def _record(args: argparse.Namespace) -> int:
     if catalog is None and args.raw != "all":
         sys.stdout.write("keeping raw outputs of every chip (--raw all) to build catalogs later\n")
         args.raw = "all"
-    found = _find_ncu(args, catalog)
+    found = _find_ncu(args)
     if isinstance(found, str):
         sys.stderr.write(f"error: {found}\n")
         return 2
@@ -345,7 +342,7 @@ def _from_raw(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="output directory (catalogs land in OUT/<ncu-version>/)")
-    ap.add_argument("--ncu", help="ncu executable (default: first on PATH)")
+    ap.add_argument("--ncu", help="ncu executable (default: $NSPY_NCU, else first on PATH)")
     ap.add_argument("--chips", help="comma-separated chips (default: all of --list-chips)")
     ap.add_argument("--timeout", type=float, default=QUERY_TIMEOUT_S, help="seconds per query")
     ap.add_argument(

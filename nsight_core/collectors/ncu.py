@@ -1,9 +1,10 @@
-"""The ncu collector's pure parts: find ncu, build its command line, classify its failures.
+"""The ncu collector's pure parts: build ncu's command line, classify its failures.
 
 Contract:
 
-- This module never starts the profiled job; sandbox.py does that with the argv built here.
-  The one exception is `ncu_version`, a bounded ``ncu --version`` query made by the probe.
+- This module starts no process; sandbox.py runs the argv built here. Finding ncu and
+  reading its version belong to `nsight_core.ncu_install`; `find_ncu`, `require_ncu` and
+  `ncu_version` are re-exported here for the pipeline and the tools.
 - Every job runs as ``ncu <flags> python -m nsight_core.worker JOB_DIR`` (launch mode), so
   ncu 2025.x works and the caller's CUDA state never matters (reference §G.3).
 - ncu keeps only kernels inside our NVTX start/end ranges (`protocol.NCU_NVTX_INCLUDE`);
@@ -13,29 +14,34 @@ Contract:
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
 from nsight_core.protocol import NCU_NVTX_INCLUDE
 
-NCU_ENV = "NSPY_NCU"
-"""Environment variable naming the ncu executable to use (a path or a name on PATH)."""
+__all__ = [
+    "CACHE_CONTROLS",
+    "CLOCK_CONTROLS",
+    "NCU_ENV",
+    "PERMISSION_URL",
+    "REPLAY_MODES",
+    "build_ncu_command",
+    "classify_ncu_failure",
+    "find_ncu",
+    "ncu_version",
+    "parse_bad_metrics",
+    "require_ncu",
+]
 
 CACHE_CONTROLS = ("all", "none")
 CLOCK_CONTROLS = ("none", "base")
 REPLAY_MODES = ("kernel", "range", "application", "app-range")
 
-VERSION_TIMEOUT_S = 30.0
-"""``ncu --version`` answers in well under a second; a slow network home dir can stall it."""
-
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 
-_VERSION_RE = re.compile(r"Version\s+(\d+(?:\.\d+){1,3})")
 _BAD_METRIC_RE = re.compile(
     r"Failed to find metric(?:s|\(s\))?:?\s+(?P<names>.+?)\s*$", re.IGNORECASE
 )
@@ -44,44 +50,6 @@ _ERROR_LINE_RE = re.compile(r"^==ERROR==\s*(.*)$")
 _APP_EXIT_RE = re.compile(r"application returned an error code", re.IGNORECASE)
 _NO_KERNELS_RE = re.compile(r"No kernels were profiled", re.IGNORECASE)
 _MAX_LOG_LINES = 12
-
-
-def find_ncu() -> str | None:
-    """The ncu to use: ``$NSPY_NCU`` if set (and executable), else the first ``ncu`` on PATH.
-
-    A set but unusable ``$NSPY_NCU`` gives None rather than a silent fallback to PATH, so a
-    typo in it is reported instead of profiling with a different ncu.
-    """
-    wanted = os.environ.get(NCU_ENV, "").strip()
-    if wanted:
-        if os.sep in wanted:
-            path = Path(wanted).expanduser()
-            return str(path) if path.is_file() and os.access(path, os.X_OK) else None
-        return shutil.which(wanted)
-    return shutil.which("ncu")
-
-
-def parse_ncu_version(text: str) -> str | None:
-    """The dotted version from ``ncu --version`` output ('Version 2025.3.1.0 (build ...)')."""
-    m = _VERSION_RE.search(text)
-    return m.group(1) if m else None
-
-
-def ncu_version(ncu: str) -> str | None:
-    """Run ``ncu --version`` (bounded) and parse it; None if it fails or cannot be parsed."""
-    try:
-        proc = subprocess.run(
-            [ncu, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    return parse_ncu_version(proc.stdout + "\n" + proc.stderr)
 
 
 def _choice(name: str, value: str, allowed: Sequence[str]) -> str:

@@ -1,4 +1,4 @@
-"""nsight_core.catalog: chip inference, the catalog format, suggestions, and (once recorded
+"""nsight_core.catalog: the catalog format, suggestions, and (once recorded
 catalogs are shipped) validation against real ncu data.
 
 The small catalogs built here come from `build_catalog` over rows written in the test: they
@@ -19,11 +19,8 @@ from nsight_core.catalog import (
     QueryRow,
     build_catalog,
     check_metric,
-    chip_for_gpu,
     dump_catalog,
     load_catalog_bytes,
-    parse_list_chips,
-    parse_ncu_version,
     shipped_catalogs,
     validate_metrics,
 )
@@ -56,34 +53,6 @@ def _small_index() -> CatalogIndex:
         collections={"profiling": (bases, bases + full), "launch": (launch, launch)},
     )
     return CatalogIndex.from_dict(load_catalog_bytes(dump_catalog(cat)), "shipped")
-
-
-@pytest.mark.parametrize(
-    ("name", "cc", "chip"),
-    [
-        ("NVIDIA H200", "9.0", "gh100"),
-        ("NVIDIA H100 80GB HBM3", "9.0", "gh100"),
-        ("NVIDIA GH200 480GB", "9.0", "gh100"),
-        ("NVIDIA A100-SXM4-80GB", "8.0", "ga100"),
-        ("NVIDIA GeForce RTX 4090", "8.9", "ad102"),
-        ("NVIDIA L4", "8.9", "ad104"),
-        ("Tesla T4", "7.5", "tu104"),
-        ("NVIDIA B200", "10.0", "gb100"),
-        ("Some Future Hopper", "9.0", "gh100"),
-        ("Unknown", "1.0", None),
-    ],
-)
-def test_chip_is_inferred_from_product_name_then_compute_capability(
-    name: str, cc: str, chip: str | None
-) -> None:
-    assert chip_for_gpu(name, cc) == chip
-
-
-def test_ncu_version_and_chip_list_are_parsed() -> None:
-    text = "NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.1.0 (build 1)"
-    assert parse_ncu_version(text) == "2025.3.1.0"
-    assert parse_ncu_version("no version here") is None
-    assert parse_list_chips("ga100, gh100\ntu102 ad102") == ["ad102", "ga100", "gh100", "tu102"]
 
 
 def test_catalog_round_trips_through_gzip_and_stores_each_suffix_list_once() -> None:

@@ -8,21 +8,15 @@ the same classification is also checked on them.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
 import pytest
 
 from nsight_core.collectors.ncu import (
-    NCU_ENV,
     PERMISSION_URL,
     build_ncu_command,
     classify_ncu_failure,
-    find_ncu,
-    ncu_version,
     parse_bad_metrics,
-    parse_ncu_version,
 )
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import NCU_NVTX_INCLUDE
@@ -88,51 +82,6 @@ def test_command_rejects_values_ncu_would_reject(bad: dict[str, object]) -> None
     with pytest.raises(NsightCoreError) as err:
         _command(**bad)
     assert err.value.error_class is ErrorClass.INVALID_REQUEST
-
-
-def test_find_ncu_honours_the_environment_variable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    exe = tmp_path / "ncu-2025"
-    exe.write_text("")  # only resolved, never run
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv(NCU_ENV, str(exe))
-    assert find_ncu() == str(exe)
-
-
-def test_find_ncu_reports_a_broken_environment_variable_instead_of_falling_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(NCU_ENV, str(tmp_path / "missing" / "ncu"))
-    assert find_ncu() is None
-
-
-def test_find_ncu_takes_the_first_ncu_on_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first, second = tmp_path / "a", tmp_path / "b"
-    for d in (first, second):
-        d.mkdir()
-        exe = d / "ncu"
-        exe.write_text("")
-        exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.delenv(NCU_ENV, raising=False)
-    monkeypatch.setenv("PATH", os.pathsep.join([str(first), str(second)]))
-    assert find_ncu() == str(first / "ncu")
-
-
-def test_version_is_parsed_from_ncu_version_output() -> None:
-    text = (
-        "NVIDIA (R) Nsight Compute Command Line Profiler\n"
-        "Copyright (c) 2018-2025 NVIDIA Corporation\n"
-        "Version 2025.3.1.0 (build 36398880) (public-release)\n"
-    )
-    assert parse_ncu_version(text) == "2025.3.1.0"
-    assert parse_ncu_version("no version here") is None
-
-
-def test_version_of_a_missing_executable_is_none(tmp_path: Path) -> None:
-    assert ncu_version(str(tmp_path / "no-ncu")) is None
 
 
 # --- classification -------------------------------------------------------------------------

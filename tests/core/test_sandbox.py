@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import threading
 import tracemalloc
 from pathlib import Path
 
-import anyio
-import anyio.from_thread
 import pytest
 
 from nsight_core.errors import WORKER_EXIT_CLASS, ErrorClass, WorkerExit
@@ -18,8 +17,8 @@ from nsight_core.sandbox import (
     SandboxLimits,
     SandboxOutcome,
     build_env,
+    run_command,
     run_sandboxed,
-    run_sandboxed_async,
 )
 
 PY = sys.executable
@@ -173,26 +172,6 @@ def test_cancel_event_kills_the_group_and_reports_cancelled(tmp_path: Path) -> N
     assert not alive(int(started.read_text()))
 
 
-def test_cancelling_the_async_caller_kills_the_group_before_it_returns(tmp_path: Path) -> None:
-    code = write_pid() + "import time\nwhile True: time.sleep(1)\n"
-
-    async def main() -> None:
-        with anyio.fail_after(10):
-            with anyio.CancelScope() as scope:
-
-                def poll() -> None:
-                    if (tmp_path / "pid").exists():
-                        anyio.from_thread.run_sync(scope.cancel)
-
-                await run_sandboxed_async(
-                    [PY, "-c", code], cwd=tmp_path, limits=SandboxLimits(wall_s=30.0), poll=poll
-                )
-            assert scope.cancelled_caught
-
-    anyio.run(main)
-    assert not alive(int((tmp_path / "pid").read_text()))
-
-
 def test_environment_is_an_allowlist_without_credentials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,3 +245,52 @@ def test_an_exception_from_poll_still_kills_the_group(tmp_path: Path) -> None:
     with pytest.raises(Stop):
         run_py(code, tmp_path, SandboxLimits(wall_s=30.0), poll=poll)
     assert not alive(int((tmp_path / "pid").read_text()))
+
+
+def test_passed_descriptor_reaches_the_child_and_others_stay_closed(tmp_path: Path) -> None:
+    read_fd, write_fd = os.pipe()
+    other_r, other_w = os.pipe()
+    try:
+        code = (
+            "import os, sys\n"
+            f"os.write({write_fd}, b'through the pipe')\n"
+            f"try:\n    os.fstat({other_w})\nexcept OSError:\n    print('closed')\n"
+        )
+        out = run_py(code, tmp_path, pass_fds=(write_fd,))
+        os.close(write_fd)
+        write_fd = -1
+        assert out.error_class is None, out.message
+        assert os.read(read_fd, 100) == b"through the pipe"
+        assert out.stdout.text().strip() == "closed"
+    finally:
+        for fd in (read_fd, write_fd, other_r, other_w):
+            if fd >= 0:
+                os.close(fd)
+
+
+def test_short_command_keeps_megabytes_of_output_whole(tmp_path: Path) -> None:
+    out = run_command([PY, "-c", "print('x' * 3_000_000)"], 20.0)
+    assert out.exit_code == 0 and out.error_class is None
+    assert out.stdout.omitted_bytes == 0 and len(out.stdout.text()) == 3_000_001
+
+
+def test_short_command_past_its_limit_is_killed_with_its_group(tmp_path: Path) -> None:
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'])\n"
+        + write_pid("p.pid")
+        + "while True: time.sleep(1)\n"
+    )
+    out = run_command([PY, "-c", code], 2.0, cwd=tmp_path)
+    assert out.timed_out and out.exit_code is None and "killed" in out.message
+    assert out.error_class is ErrorClass.TIMEOUT
+    assert out.wall_s < 2.0 + 1.0 + 1.5
+    assert not alive(int((tmp_path / "pid").read_text()))
+
+
+def test_short_command_that_fails_or_cannot_start_says_why(tmp_path: Path) -> None:
+    failed = run_command([PY, "-c", "import sys; sys.exit(3)"], 20.0)
+    assert failed.exit_code == 3 and failed.error_class is ErrorClass.CRASHED
+    missing = run_command([str(tmp_path / "nope")], 5.0)
+    assert missing.exit_code is None and not missing.timed_out
+    assert "could not start" in missing.message
