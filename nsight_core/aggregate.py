@@ -32,7 +32,7 @@ from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec, Reducer
-from nsight_core.results import Comparison, Failure, Row, TrustLevel
+from nsight_core.results import Comparison, EvidenceKind, Failure, Row, TrustLevel
 from nsight_core.stats import (
     CI_LEVEL,
     MIN_RUNS_FOR_CI,
@@ -288,6 +288,7 @@ class RowContext:
 
     configs: Sequence[Mapping[str, Any]] = ()
     backend: str = "ncu"
+    evidence: EvidenceKind = "external"
     gpu: str | None = None
     cache_control: str | None = None
     clock_control: str | None = None
@@ -383,6 +384,7 @@ def _build_row(
         IgnoredKernels=ignored,
         GPU=ctx.gpu,
         Backend=ctx.backend,
+        Evidence=ctx.evidence,
         CacheControl=ctx.cache_control,
         ClockControl=ctx.clock_control,
         ReplayMode=ctx.replay_mode,

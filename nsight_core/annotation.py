@@ -54,10 +54,6 @@ def set_run_context(ctx: RunContext | None) -> None:
         _active.clear()
 
 
-def current_run_context() -> RunContext | None:
-    return _global_ctx
-
-
 class annotate:  # Nsight Python's lower-case name: a context manager and a decorator
     """Mark a region as one profiled call named `name`."""
 
@@ -89,7 +85,7 @@ class annotate:  # Nsight Python's lower-case name: a context manager and a deco
         if ctx is not None and ctx.profiling:
             self._key = RunKey(self.name, ctx.config_id, ctx.run)
             if ctx.nvtx:
-                self._range = _start_range(self._key.range_name())
+                self._range = start_range(self._key.range_name())
             if ctx.timer is not None:
                 self._stop = ctx.timer()
         return self
@@ -110,7 +106,7 @@ class annotate:  # Nsight Python's lower-case name: a context manager and a deco
         finally:
             self._stop = None
             if self._range is not None:
-                _end_range(self._range)
+                end_range(self._range)
                 self._range = None
             with _lock:
                 if _active and _active[-1] == self.name:
@@ -132,14 +128,15 @@ class annotate:  # Nsight Python's lower-case name: a context manager and a deco
         return wrapper
 
 
-def _start_range(message: str) -> object:
-    import nvtx
+def start_range(message: str) -> object:
+    """Open a start/end range in our domain; ``end_range`` closes it (nvtx may be absent)."""
+    import nvtx  # lazy: events jobs and CPU hosts never load it
 
     rid: Any = nvtx.start_range(message=message, domain=NVTX_DOMAIN)
     return rid if rid is not None else _NO_RANGE
 
 
-def _end_range(rid: object) -> None:
+def end_range(rid: object) -> None:
     if rid is _NO_RANGE:
         return
     import nvtx

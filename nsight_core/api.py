@@ -29,6 +29,7 @@ from nsight_core.request import (
     Reducer,
 )
 from nsight_core.results import Failure, ProfileResult, Row
+from nsight_core.settings import JobSettings
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "clock_control": CLOCK_CONTROLS,
@@ -289,14 +290,16 @@ def kernel(
                 func,
                 bound,
                 params=[_params_of(func, a, k) for a, k in bound],
-                runs=runs,
-                warmup=warmup,
-                metrics=metric_list,
-                kernels=kernels,
-                cache_control=cache_control,
-                clock_control=clock_control,
-                backend=backend,
-                time_limit_s=time_limit_s,
+                settings=JobSettings(
+                    backend=backend,
+                    metrics=tuple(metric_list),
+                    cache_control=cache_control,
+                    clock_control=clock_control,
+                    kernels=kernels,
+                    runs=runs,
+                    warmup=warmup,
+                    time_limit_s=time_limit_s,
+                ),
                 job_dir=_job_dir(output_prefix, func.__name__),
                 derive_metric=derive_metric,
                 normalize_against=normalize_against,

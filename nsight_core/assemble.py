@@ -1,14 +1,25 @@
-"""Worker run -> ProfileResult: records from the report (or raw samples), then rows.
+"""A finished run -> ProfileResult: records from the backend, then rows, then the verdicts.
 
-The stage after the worker. It trusts no number from the child: for ncu it reads the
-report ncu wrote; for events it takes the child's raw per-run samples, refuses duplicates
-and runs nobody asked for, and computes every statistic here (aggregate.py).
+The stage after the job's processes. It trusts no number from the contestant: the backend
+reads its own records (an ncu report, or raw per-run samples the judge relayed), statistics
+are computed here (aggregate.py), and what the judge found suspect is applied to rows:
+
+- a rebound timer or harness function makes every in-process row suspicious;
+- a rebound framework function, a shadowing file or a reference that disagreed with itself
+  makes every row suspicious;
+- under an external profiler, a candidate that launched exactly the reference's kernels is
+  named (a fallback to the reference looks like any other candidate otherwise).
+
+`finish_result` is the one finishing step of request jobs and `@kernel` jobs.
 """
 
 from __future__ import annotations
 
+import platform
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from nsight_core.aggregate import (
@@ -18,140 +29,133 @@ from nsight_core.aggregate import (
     compare_to_reference,
     reduce_runs,
 )
+from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.extract import KernelRecord, extract_records
-from nsight_core.pipeline import (
-    WorkerRun,
-    correctness_of,
-    failure_of_error,
-    failure_of_event,
-    provenance_of,
+from nsight_core.protocol import CheckEvent, FailureEvent, RunKey, SuspectEvent
+from nsight_core.request import ProfileRequest
+from nsight_core.results import (
+    Comparison,
+    Correctness,
+    Failure,
+    JobStatus,
+    ProfileResult,
+    Provenance,
+    Row,
+    iso,
     utc_now,
 )
-from nsight_core.protocol import RunKey, SampleEvent
-from nsight_core.request import KernelsSpec, ProfileRequest
-from nsight_core.results import Failure, ProfileResult, Row
-
-EVENTS_KERNEL = "call"
-"""Kernel name of events-backend records: the sample times the whole call, not a kernel."""
+from nsight_core.runs import WorkerRun
+from nsight_core.settings import JobSettings
 
 
-def records_from_samples(
-    samples: Sequence[SampleEvent],
-) -> tuple[list[KernelRecord], list[Failure]]:
-    """Raw events samples as records; a duplicate (key, metric) is refused, not averaged."""
-    seen: set[tuple[RunKey, str]] = set()
-    records: list[KernelRecord] = []
-    failures: list[Failure] = []
-    for seq, s in enumerate(samples):
-        key = RunKey(s.annotation, s.config_id, s.run)
-        if (key, s.metric) in seen:
-            failures.append(
-                Failure(
-                    Annotation=s.annotation,
-                    ConfigId=s.config_id,
-                    Run=s.run,
-                    ErrorClass=ErrorClass.PROFILER_ERROR,
-                    Error=f"the worker sent two samples for run {s.run}; the run is refused",
-                )
-            )
-            records = [r for r in records if (r.key, r.metric) != (key, s.metric)]
-            continue
-        seen.add((key, s.metric))
-        kernel = s.kernel or EVENTS_KERNEL
-        records.append(KernelRecord(key, kernel, kernel, s.metric, s.value, s.unit, seq))
-    return records, failures
+def failure_of_event(ev: FailureEvent) -> Failure:
+    return Failure(
+        Annotation=ev.annotation,
+        ConfigId=ev.config_id,
+        Run=ev.run,
+        Phase=ev.phase,
+        ErrorClass=ev.error_class,
+        Error=ev.message,
+        Traceback=ev.traceback,
+        File=ev.file,
+        Line=ev.line,
+    )
 
 
-def records_from_report(
-    run: WorkerRun, metrics: Sequence[str]
-) -> tuple[list[KernelRecord], list[str], str | None, list[Failure]]:
-    """Records of the ncu report, the metrics it really holds, the GPU name, failures.
+def failure_of_error(err: NsightCoreError, phase: str | None = None) -> Failure:
+    return Failure(ErrorClass=err.error_class, Error=err.message, Hint=err.hint, Phase=phase)
 
-    ncu 2025.3 accepts an unknown metric name silently (exit 0, no log error, the report
-    simply lacks it; seen on the H200), so a requested metric that no action carries is
-    reported here as invalid_metric instead of turning into a column of nulls.
-    """
-    if run.report_path is None:
-        return [], list(metrics), None, []
-    try:
-        report = extract_records(run.report_path, metrics)
-    except NsightCoreError as err:
-        return [], list(metrics), None, [failure_of_error(err, "extract")]
-    present = [
-        m for m in metrics if any(r.metric == m and r.value is not None for r in report.records)
-    ]
-    failures = [
-        Failure(
-            ErrorClass=ErrorClass.INVALID_METRIC,
-            Error=f"ncu recorded no value of {m!r} for any kernel: not a metric of this chip "
-            "and ncu version (ncu ignores unknown names without an error)",
-            Hint="call validate_metrics for the valid names",
-            Phase="extract",
+
+def correctness_of(request: ProfileRequest, checks: Sequence[CheckEvent]) -> list[Correctness]:
+    return [
+        Correctness(
+            Annotation=c.annotation,
+            ConfigId=c.config_id,
+            Params=request.configs[c.config_id] if c.config_id < len(request.configs) else {},
+            Passed=c.passed,
+            Seeds=c.seeds,
+            MaxAbsError=c.max_abs_error,
+            MaxRelError=c.max_rel_error,
+            MismatchCount=c.mismatch_count,
+            FirstBadIndex=c.first_bad_index,
+            Reasons=c.reasons,
+            ErrorClass=c.error_class,
+            Error=c.message,
         )
-        for m in metrics
-        if m not in present and report.records
+        for c in checks
     ]
-    kept = present if report.records else list(metrics)
-    records = [r for r in report.records if r.metric in kept]
-    return records, kept, report.device.display_name, failures
 
 
-def _summary(result_rows: Sequence[Row], checks: int, passed: int, failures: int) -> str:
-    trust: dict[str, int] = {}
-    for r in result_rows:
-        trust[r.Trust] = trust.get(r.Trust, 0) + 1
-    parts = [f"{len(result_rows)} rows ({', '.join(f'{n} {t}' for t, n in sorted(trust.items()))})"]
-    if checks:
-        parts.append(f"{passed}/{checks} candidate-config checks passed")
-    if failures:
-        parts.append(f"{failures} failures (see failures)")
-    return "; ".join(parts)
+def _package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def provenance_of(run: WorkerRun, settings: JobSettings, gpu: str | None) -> Provenance:
+    done = run.events.done
+    applies = get_backend(settings.backend).settings_apply
+    return Provenance(
+        backend=run.backend,
+        gpu=gpu or (done.device if done else None),
+        ncu_version=run.wrapped.tool_version,
+        ncu_report_version=_package_version("ncu-report"),
+        nspy_version=_package_version("nspy-mcp") or "0.0.0+unknown",
+        python=platform.python_version(),
+        host=socket.gethostname(),
+        cache_control=settings.cache_control if applies else None,
+        clock_control=settings.clock_control if applies else None,
+        replay_mode=settings.replay_mode if applies else None,
+        command=run.wrapped.argv,
+        phase_seconds=dict(done.phase_seconds) if done else {},
+        wall_seconds=round(run.wall_s, 3),
+    )
 
 
 @dataclass(frozen=True)
 class Collected:
-    """Per-run values of a finished worker run, and every failure found on the way."""
+    """Per-run values of a finished run, and every failure found on the way."""
 
     values: RunValues
     failures: list[Failure]
     gpu: str | None
 
 
-def collect_values(
-    run: WorkerRun, *, backend: str, metrics: Sequence[str], kernels: KernelsSpec
-) -> Collected:
-    """The worker's events and the report (or raw samples) -> one value per run and metric."""
+def collect_values(run: WorkerRun, settings: JobSettings) -> Collected:
+    """The run's events and the backend's records -> one value per run and metric."""
     ev = run.events
     failures = [failure_of_event(f) for f in ev.failures]
     if ev.bad_lines:
         failures.append(
             Failure(
                 ErrorClass=ErrorClass.PROFILER_ERROR,
-                Error=f"{ev.bad_lines} event line(s) from the worker could not be parsed",
+                Error=f"{ev.bad_lines} event line(s) could not be parsed",
                 Phase="collect",
             )
         )
     expected = list(dict.fromkeys(RunKey(r.annotation, r.config_id, r.run) for r in ev.ranges))
-    gpu = ev.done.device if ev.done else None
-    if backend == "ncu":
-        records, kept, report_gpu, extra = records_from_report(run, metrics)
-        gpu = report_gpu or gpu
-    else:
-        records, extra = records_from_samples(ev.samples)
-        kept = sorted({r.metric for r in records})
-    failures += extra
+    got = get_backend(settings.backend).read_records(run.wrapped, ev.samples, settings)
+    gpu = got.gpu or (ev.done.device if ev.done else None)
+    failures += got.failures
     run_failures = [f for f in failures if f.Run is not None or f.Phase == "profile"]
-    values = reduce_runs(records, expected, kept, kernels, failures=run_failures)
+    values = reduce_runs(
+        got.records, expected, got.metrics, settings.kernels, failures=run_failures
+    )
     failures += [f for f in values.failures if f not in failures]
+    # Timed runs of a candidate that later failed its check are withheld by the judge;
+    # the profiler still saw their kernels, which is no violation.
+    failed = {(c.annotation, c.config_id) for c in ev.checks if not c.passed}
     for key in values.unexpected_keys:
+        if (key.annotation, key.config_id) in failed:
+            continue
         failures.append(
             Failure(
                 Annotation=key.annotation,
                 ConfigId=key.config_id,
                 Run=key.run,
                 ErrorClass=ErrorClass.PROFILER_ERROR,
-                Error="kernels were attributed to a run the worker did not report; ignored",
+                Error="kernels were attributed to a run nobody reported; ignored",
                 Phase="collect",
             )
         )
@@ -159,48 +163,118 @@ def collect_values(
 
 
 def row_context(
-    backend: str,
-    *,
-    configs: Sequence[Mapping[str, Any]],
-    cache_control: str,
-    clock_control: str,
-    replay_mode: str,
-    check_enabled: bool,
-    runs: int,
-    gpu: str | None,
+    settings: JobSettings, configs: Sequence[Mapping[str, Any]], gpu: str | None
 ) -> RowContext:
-    """The settings every row records; ncu's own settings only where ncu ran."""
-    ncu = backend == "ncu"
+    """The settings every row records; a profiler's own settings only where they apply."""
+    backend = get_backend(settings.backend)
+    applies = backend.settings_apply
     return RowContext(
         configs=configs,
-        backend=backend,
+        backend=backend.name,
+        evidence=backend.evidence,
         gpu=gpu,
-        cache_control=cache_control if ncu else None,
-        clock_control=clock_control if ncu else None,
-        replay_mode=replay_mode if ncu else None,
-        check_enabled=check_enabled,
-        requested_runs=runs,
+        cache_control=settings.cache_control if applies else None,
+        clock_control=settings.clock_control if applies else None,
+        replay_mode=settings.replay_mode if applies else None,
+        check_enabled=settings.check_enabled,
+        requested_runs=settings.runs,
+    )
+
+
+def _suspicious(row: Row, reason: str) -> Row:
+    if row.Trust == "failed" or reason in row.Reasons:
+        return row
+    return row.model_copy(update={"Trust": "suspicious", "Reasons": [*row.Reasons, reason]})
+
+
+def apply_suspects(rows: list[Row], suspects: Sequence[SuspectEvent], evidence: str) -> list[Row]:
+    """Rows made suspicious by what the judge found (see the module docstring)."""
+    for s in suspects:
+        if s.in_process_only and evidence != "in_process":
+            continue
+        rows = [
+            _suspicious(r, s.reason) if s.annotation in (None, r.Annotation) else r for r in rows
+        ]
+    return rows
+
+
+def flag_reference_kernels(rows: list[Row], reference: str) -> list[Row]:
+    """Name candidates whose kernels are exactly the reference's, per config and metric."""
+    ref = {(r.ConfigId, r.Metric): set(r.Kernels) for r in rows if r.Annotation == reference}
+    out = []
+    for r in rows:
+        kernels = ref.get((r.ConfigId, r.Metric))
+        if r.Annotation != reference and kernels and set(r.Kernels) == kernels:
+            names = ", ".join(sorted(kernels))[:300]
+            r = _suspicious(
+                r,
+                f"launches exactly the reference's kernels ({names}): a fallback to the "
+                "reference, not a new kernel?",
+            )
+        out.append(r)
+    return out
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _summary(rows: Sequence[Row], checks: int, passed: int, failures: int) -> str:
+    trust: dict[str, int] = {}
+    for r in rows:
+        trust[r.Trust] = trust.get(r.Trust, 0) + 1
+    kinds = ", ".join(f"{n} {t}" for t, n in sorted(trust.items()))
+    parts = [_plural(len(rows), "row") + (f" ({kinds})" if kinds else "")]
+    if checks:
+        parts.append(f"{passed}/{checks} candidate-config checks passed")
+    if failures:
+        parts.append(f"{_plural(failures, 'failure')} (see failures)")
+    return "; ".join(parts)
+
+
+def finish_result(
+    run: WorkerRun,
+    settings: JobSettings,
+    *,
+    result_id: str,
+    created_at: str,
+    rows: list[Row],
+    gpu: str | None,
+    failures: list[Failure],
+    status: JobStatus,
+    message: str,
+    error: Failure | None,
+    comparisons: list[Comparison] | None = None,
+    correctness: list[Correctness] | None = None,
+) -> ProfileResult:
+    """The one finishing step: provenance, artifacts and timestamps for any job's result."""
+    return ProfileResult(
+        result_id=result_id,
+        status=status,
+        message=message,
+        created_at=created_at,
+        finished_at=iso(utc_now()),
+        rows=rows,
+        comparisons=comparisons or [],
+        correctness=correctness or [],
+        failures=failures,
+        error=error,
+        provenance=provenance_of(run, settings, gpu),
+        artifacts={**run.artifacts, "job_dir": str(run.job_dir)},
     )
 
 
 def assemble_result(
     request: ProfileRequest, run: WorkerRun, *, result_id: str, created_at: str
 ) -> ProfileResult:
-    got = collect_values(
-        run, backend=request.backend, metrics=request.metrics, kernels=request.kernels
-    )
+    settings = JobSettings.of_request(request)
+    got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
-    ctx = row_context(
-        request.backend,
-        configs=request.configs,
-        cache_control=request.cache_control,
-        clock_control=request.clock_control,
-        replay_mode=request.kernels.replay_mode,
-        check_enabled=request.check.enabled,
-        runs=request.runs,
-        gpu=gpu,
-    )
+    ctx = row_context(settings, request.configs, gpu)
     rows = aggregate_rows(values, ctx)
+    rows = apply_suspects(rows, run.events.suspects, ctx.evidence)
+    if ctx.evidence == "external":
+        rows = flag_reference_kernels(rows, request.reference)
     comparisons = compare_to_reference(values, request.reference, request.candidates, ctx=ctx)
     correctness = correctness_of(request, run.events.checks)
     error = failure_of_error(run.error) if run.error is not None else None
@@ -208,9 +282,10 @@ def assemble_result(
         ErrorClass.IMPORT_ERROR,
         ErrorClass.COMPILE_ERROR,
     ):
-        # The worker's own report (file, line, traceback) says more than its exit code.
+        # The job's own report (file, line, traceback) says more than its exit code.
         detail = next((f for f in failures if f.ErrorClass == error.ErrorClass), None)
         error = detail or error
+    status: JobStatus
     if run.outcome.cancelled:
         status = "cancelled"
     elif error is not None and not rows:
@@ -225,24 +300,17 @@ def assemble_result(
             + (f" ({error.Hint})" if error.Hint else "")
             + (f"; {message}" if rows else "")
         )
-    settings = {
-        "cache_control": ctx.cache_control,
-        "clock_control": ctx.clock_control,
-        "replay_mode": ctx.replay_mode,
-    }
-    artifacts = dict(run.artifacts)
-    artifacts["job_dir"] = str(run.job_dir)
-    return ProfileResult(
+    return finish_result(
+        run,
+        settings,
         result_id=result_id,
+        created_at=created_at,
+        rows=rows,
+        gpu=gpu,
+        failures=failures,
         status=status,
         message=message,
-        created_at=created_at,
-        finished_at=utc_now(),
-        rows=rows,
+        error=error,
         comparisons=comparisons,
         correctness=correctness,
-        failures=failures,
-        error=error,
-        provenance=provenance_of(run, gpu=gpu, settings=settings),
-        artifacts=artifacts,
     )

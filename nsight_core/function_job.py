@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
-from nsight_core.assemble import collect_values, row_context
+from nsight_core.assemble import collect_values, failure_of_error, finish_result, row_context
+from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.pipeline import failure_of_error, provenance_of, run_worker, utc_now
+from nsight_core.pipeline import run_worker
 from nsight_core.protocol import FunctionJob, RunKey, WorkerJob
-from nsight_core.request import KernelsSpec
-from nsight_core.results import ProfileResult
+from nsight_core.results import ProfileResult, iso, utc_now
+from nsight_core.settings import JobSettings
 
 Bound = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -85,54 +86,34 @@ def run_function(
     bound: Sequence[Bound],
     *,
     params: Sequence[dict[str, Any]],
-    runs: int,
-    warmup: int,
-    metrics: Sequence[str],
-    kernels: KernelsSpec,
-    cache_control: str,
-    clock_control: str,
-    backend: str,
-    time_limit_s: float,
+    settings: JobSettings,
     job_dir: Path,
     derive_metric: Callable[..., Any] | None = None,
     normalize_against: str | None = None,
 ) -> ProfileResult:
-    created = utc_now()
+    created = iso(utc_now())
     job_dir.mkdir(parents=True, exist_ok=True)
     pickle_file = job_dir / "function.pkl"
     pickle_file.write_bytes(_pickle_function(func, bound))
     job = WorkerJob(
         mode="function",
-        backend=backend,
+        backend=settings.backend,
         function=FunctionJob(
-            pickle_file=str(pickle_file), configs=list(params), runs=runs, warmup=warmup
+            pickle_file=str(pickle_file),
+            configs=list(params),
+            runs=settings.runs,
+            warmup=settings.warmup,
         ),
         workdir=os.getcwd(),
+        child_timer=get_backend(settings.backend).child_timer,
     )
-    run = run_worker(
-        job,
-        job_dir,
-        time_limit_s=time_limit_s,
-        metrics=metrics,
-        cache_control=cache_control,
-        clock_control=clock_control,
-        replay_mode=kernels.replay_mode,
-    )
-    got = collect_values(run, backend=backend, metrics=metrics, kernels=kernels)
+    run = run_worker(job, job_dir, settings)
+    got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
     expected = values.expected_keys
     if derive_metric is not None:
         values = _derive(values, derive_metric, bound)
-    ctx = row_context(
-        backend,
-        configs=list(params),
-        cache_control=cache_control,
-        clock_control=clock_control,
-        replay_mode=kernels.replay_mode,
-        check_enabled=True,
-        runs=runs,
-        gpu=gpu,
-    )
+    ctx = row_context(settings, list(params), gpu)
     if normalize_against is not None:
         if normalize_against not in {k.annotation for k in values.expected_keys}:
             raise NsightCoreError(
@@ -156,24 +137,15 @@ def run_function(
             "the function entered no nsight_core.annotate(...) region",
             "wrap the code to profile in `with annotate('name'):`",
         )
-    artifacts = dict(run.artifacts) | {"job_dir": str(job_dir)}
-    return ProfileResult(
+    return finish_result(
+        run,
+        settings,
         result_id=job_dir.name,
+        created_at=created,
+        rows=rows,
+        gpu=gpu,
+        failures=failures,
         status="done",
         message=f"{len(rows)} rows, {len(failures)} failures",
-        created_at=created,
-        finished_at=utc_now(),
-        rows=rows,
-        failures=failures,
         error=failure_of_error(run.error) if run.error is not None else None,
-        provenance=provenance_of(
-            run,
-            gpu=gpu,
-            settings={
-                "cache_control": ctx.cache_control,
-                "clock_control": ctx.clock_control,
-                "replay_mode": ctx.replay_mode,
-            },
-        ),
-        artifacts=artifacts,
     )

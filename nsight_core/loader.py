@@ -115,7 +115,8 @@ def _load_file(path: Path, spec: str) -> ModuleType:
     module = importlib.util.module_from_spec(module_spec)
     parent = str(path.parent)
     if parent not in sys.path:
-        sys.path.insert(0, parent)
+        # Last, not first: a `torch.py` beside a candidate must not shadow the real module.
+        sys.path.append(parent)
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
@@ -129,7 +130,7 @@ def _load_file(path: Path, spec: str) -> ModuleType:
 def _import_module(module_name: str, workdir: Path, spec: str) -> ModuleType:
     root = str(workdir.resolve())
     if root not in sys.path:
-        sys.path.insert(0, root)
+        sys.path.append(root)  # last: installed modules win over look-alikes in the workdir
     try:
         return importlib.import_module(module_name)
     except BaseException as exc:

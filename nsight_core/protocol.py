@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -86,7 +86,7 @@ class WorkerJob(_Msg):
     """What ``python -m nsight_core.worker JOB_DIR`` reads from ``JOB_DIR/job.json``."""
 
     mode: Literal["request", "function"]
-    backend: Literal["ncu", "cupti", "events"]
+    backend: str = Field(description="A registered backend's name (collectors.get_backend).")
     request: ProfileRequest | None = None
     function: FunctionJob | None = None
     workdir: str = Field(description="Directory to chdir into and resolve relative paths against.")
@@ -94,6 +94,8 @@ class WorkerJob(_Msg):
         None, description="Where the inline source was written, if any."
     )
     seed: int = 0
+    """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
+    child_timer: Literal["range", "clock"] = "range"
 
     def write(self, job_dir: Path) -> Path:
         path = job_dir / JOB_FILE
@@ -182,6 +184,175 @@ class DoneEvent(_Msg):
     device: str | None = Field(None, description="'cuda:0 (NVIDIA H200)' or 'cpu'")
 
 
+# -- judge <-> contestant ----------------------------------------------------------------
+#
+# The judge (trusted, never imports candidate code) and the contestant (imports and calls
+# the candidates) talk over a Unix socket, one JSON message per line. The judge may send
+# pickled objects (the contestant is free to trust the judge); the contestant's replies are
+# plain JSON that the judge validates with these models: it never unpickles anything the
+# contestant wrote. Array data crosses in shared slots (CUDA IPC or host shared memory).
+
+CONTESTANT_JOB_FILE = "contestant.json"
+MAX_REPLY_BYTES = 1 << 20
+"""A contestant reply longer than this is a protocol violation (outputs are described, not
+sent: array data lives in slots)."""
+
+
+class ArrayNode(_Msg):
+    kind: Literal["array"] = "array"
+    framework: Literal["torch", "numpy", "cupy"]
+    type_name: str
+    dtype: str
+    shape: list[int]
+    stride: list[int] | None = None
+    """Element strides to recreate (None: contiguous)."""
+    device: str
+    slot: int | None = None
+    """Where the bytes are; None when the array did not fit any slot (a mismatch)."""
+    nbytes: int
+    requires_grad: bool = False
+
+
+class ValueNode(_Msg):
+    kind: Literal["value"] = "value"
+    type_name: str
+    value: bool | int | float | str | None = None
+    special: str | None = Field(None, description="'nan', 'inf' or '-inf' for such floats")
+
+
+class PickleNode(_Msg):
+    """Judge -> contestant only: an argument of no array or plain type."""
+
+    kind: Literal["pickle"] = "pickle"
+    data: str
+
+
+class OpaqueNode(_Msg):
+    """Contestant -> judge: an output object that cannot cross (it is compared by type)."""
+
+    kind: Literal["opaque"] = "opaque"
+    type_name: str
+
+
+class SeqNode(_Msg):
+    kind: Literal["tuple", "list"]
+    type_name: str
+    items: list[Node]
+
+
+class DictNode(_Msg):
+    kind: Literal["dict"] = "dict"
+    type_name: str
+    keys: list[str]
+    items: list[Node]
+
+
+Node = Annotated[
+    ArrayNode | ValueNode | PickleNode | OpaqueNode | SeqNode | DictNode,
+    Field(discriminator="kind"),
+]
+SeqNode.model_rebuild()
+DictNode.model_rebuild()
+
+
+class SlotSpec(_Msg):
+    """Shared memory the judge owns: CUDA IPC (pickled torch handle) or a host file."""
+
+    slot: int
+    where: Literal["cuda", "host"]
+    nbytes: int
+    handle: str
+
+
+class ContestantJob(_Msg):
+    """What the contestant reads from its private directory; no seed, no run plan."""
+
+    annotations: list[str]
+    workdir: str
+    source_file: str | None = None
+    socket_path: str
+    child_timer: Literal["range", "clock"]
+    check_mutation: bool = True
+    check_aliasing: bool = True
+
+
+class CallMsg(_Msg):
+    type: Literal["call"] = "call"
+    nonce: str
+    annotation: str
+    config_id: int
+    run: int | None = Field(description="Run index of a timed call; None for untimed calls.")
+    new_slots: list[SlotSpec] = Field(default_factory=list)
+    inputs: Node
+    out_slots: list[int] = Field(default_factory=list)
+    want_output: bool = True
+
+
+class ExitMsg(_Msg):
+    type: Literal["exit"] = "exit"
+
+
+JudgeMsg = Annotated[CallMsg | ExitMsg, Field(discriminator="type")]
+
+
+class HelloMsg(_Msg):
+    type: Literal["hello"] = "hello"
+    loaded: list[str]
+    failures: list[FailureEvent] = Field(default_factory=list)
+    integrity: list[str] = Field(default_factory=list)
+    shadowed: list[str] = Field(default_factory=list)
+
+
+class ReplyMsg(_Msg):
+    type: Literal["reply"] = "reply"
+    nonce: str
+    ok: bool
+    output: Node | None = None
+    ns: float | None = Field(None, description="In-process time of the call (clock timer).")
+    failure: FailureEvent | None = None
+    reasons: list[str] = Field(default_factory=list)
+    """Structural findings of the contestant's harness (mutated or aliased inputs)."""
+    integrity: list[str] = Field(default_factory=list)
+    """Harness functions or framework attributes found changed since start-up."""
+    device: str | None = None
+
+
+ContestantMsg = Annotated[HelloMsg | ReplyMsg, Field(discriminator="type")]
+
+
+class SuspectEvent(_Msg):
+    """The judge found something that makes in-process numbers or a candidate suspicious."""
+
+    type: Literal["suspect"] = "suspect"
+    annotation: str | None = Field(None, description="None: it concerns every row of the job.")
+    reason: str
+    in_process_only: bool = Field(
+        False, description="True when only in-process timings are affected (a patched timer)."
+    )
+
+
+class EndEvent(_Msg):
+    """How the contestant's process ended, as the judge saw it (with the backend's reading)."""
+
+    type: Literal["end"] = "end"
+    error_class: ErrorClass | None = None
+    message: str = ""
+    hint: str = ""
+    exit_code: int | None = None
+    signal: str | None = None
+    command: list[str] = Field(default_factory=list)
+    tool_version: str | None = None
+    wall_s: float = 0.0
+
+
 WorkerEvent = (
-    PhaseEvent | ProgressEvent | CheckEvent | FailureEvent | RangeEvent | SampleEvent | DoneEvent
+    PhaseEvent
+    | ProgressEvent
+    | CheckEvent
+    | FailureEvent
+    | RangeEvent
+    | SampleEvent
+    | DoneEvent
+    | SuspectEvent
+    | EndEvent
 )

@@ -7,6 +7,7 @@ once, here. JSON has no NaN: a missing number is ``null`` and the row's `Trust`,
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +16,19 @@ from nsight_core.errors import ErrorClass as ErrorClassT
 
 TrustLevel = Literal["ok", "noisy", "suspicious", "failed"]
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+EvidenceKind = Literal["external", "in_process"]
+"""Where a number comes from: a profiler outside the candidate's process (ncu), or a timer
+inside it (events, cupti), which the candidate could in principle tamper with."""
+
+
+def utc_now() -> datetime:
+    """The one clock of results and the store (aware, UTC)."""
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    """Timestamps as results carry them: ISO 8601, UTC, to the millisecond."""
+    return dt.isoformat(timespec="milliseconds")
 
 
 class _Model(BaseModel):
@@ -55,6 +69,11 @@ class Row(_Model):
     )
     GPU: str | None = Field(None, description="Device name as the profiler reports it.")
     Backend: str = Field(description="'ncu', 'cupti' or 'events': where the numbers come from.")
+    Evidence: EvidenceKind = Field(
+        "external",
+        description="'external': measured by a profiler outside the candidate's process (ncu); "
+        "'in_process': timed inside it (events, cupti), a screen the candidate could tamper with.",
+    )
     CacheControl: str | None = Field(None, description="ncu --cache-control in force.")
     ClockControl: str | None = Field(None, description="ncu --clock-control in force.")
     ReplayMode: str | None = Field(None, description="ncu --replay-mode in force.")

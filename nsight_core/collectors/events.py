@@ -13,9 +13,17 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.errors import ErrorClass
+from nsight_core.extract import KernelRecord
+from nsight_core.protocol import EVENTS_METRIC, RunKey, SampleEvent
+from nsight_core.results import Failure
+from nsight_core.settings import JobSettings
 
 L2_FLUSH_FACTOR = 2
 """Overwrite twice the L2 size so no line of the previous call's data survives."""
@@ -130,3 +138,54 @@ def start_timer() -> Callable[[], float]:
         return stop_gpu
     t0 = time.perf_counter_ns()
     return lambda: float(time.perf_counter_ns() - t0)
+
+
+EVENTS_KERNEL = "call"
+"""Kernel name of events-backend records: the sample times the whole call, not a kernel."""
+
+
+def records_from_samples(samples: Sequence[SampleEvent]) -> Records:
+    """Raw samples as records; a duplicate (key, metric) is refused, not averaged."""
+    seen: set[tuple[RunKey, str]] = set()
+    records: list[KernelRecord] = []
+    failures: list[Failure] = []
+    for seq, s in enumerate(samples):
+        key = RunKey(s.annotation, s.config_id, s.run)
+        if (key, s.metric) in seen:
+            failures.append(
+                Failure(
+                    Annotation=s.annotation,
+                    ConfigId=s.config_id,
+                    Run=s.run,
+                    ErrorClass=ErrorClass.PROFILER_ERROR,
+                    Error=f"two samples arrived for run {s.run}; the run is refused",
+                )
+            )
+            records = [r for r in records if (r.key, r.metric) != (key, s.metric)]
+            continue
+        seen.add((key, s.metric))
+        kernel = s.kernel or EVENTS_KERNEL
+        records.append(KernelRecord(key, kernel, kernel, s.metric, s.value, s.unit, seq))
+    return Records(records, sorted({r.metric for r in records}), None, failures)
+
+
+class EventsBackend(Backend):
+    """CUDA-event or host-clock time of each call, taken inside the contestant."""
+
+    name = "events"
+    evidence = "in_process"
+    child_timer = "clock"
+    default_metric = EVENTS_METRIC
+    any_metric = False
+    settings_apply = False
+
+    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+        return Wrapped(list(argv))
+
+    def read_records(
+        self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
+    ) -> Records:
+        return records_from_samples(samples)
+
+
+EVENTS = register(EventsBackend())

@@ -5,8 +5,9 @@ Contract:
 - This module starts no process; sandbox.py runs the argv built here. Finding ncu and
   reading its version belong to `nsight_core.ncu_install`; `find_ncu`, `require_ncu` and
   `ncu_version` are re-exported here for the pipeline and the tools.
-- Every job runs as ``ncu <flags> python -m nsight_core.worker JOB_DIR`` (launch mode), so
-  ncu 2025.x works and the caller's CUDA state never matters (reference §G.3).
+- Every measured process runs as ``ncu <flags> python -m nsight_core.contestant ...``
+  (launch mode), so ncu 2025.x works and the caller's CUDA state never matters; the judge
+  runs outside ncu, so its checking kernels never enter the report.
 - ncu keeps only kernels inside our NVTX start/end ranges (`protocol.NCU_NVTX_INCLUDE`);
   extract.py attributes them by parsing the range name back.
 - `classify_ncu_failure` is the one place that turns ncu's log text into an `ErrorClass`.
@@ -17,10 +18,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from nsight_core.catalog import validate_metrics
+from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.extract import extract_records
 from nsight_core.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
-from nsight_core.protocol import NCU_NVTX_INCLUDE
+from nsight_core.protocol import NCU_LOG_FILE, NCU_NVTX_INCLUDE, REPORT_FILE, SampleEvent
+from nsight_core.request import CACHE_CONTROLS as REQUEST_CACHE_CONTROLS
+from nsight_core.request import CLOCK_CONTROLS as REQUEST_CLOCK_CONTROLS
+from nsight_core.request import DEFAULT_METRIC
+from nsight_core.results import Failure
+from nsight_core.settings import JobSettings
+
+if TYPE_CHECKING:
+    from nsight_core.sandbox import SandboxOutcome
 
 __all__ = [
     "CACHE_CONTROLS",
@@ -36,8 +49,8 @@ __all__ = [
     "require_ncu",
 ]
 
-CACHE_CONTROLS = ("all", "none")
-CLOCK_CONTROLS = ("none", "base")
+CACHE_CONTROLS = REQUEST_CACHE_CONTROLS
+CLOCK_CONTROLS = REQUEST_CLOCK_CONTROLS
 REPLAY_MODES = ("kernel", "range", "application", "app-range")
 
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
@@ -208,3 +221,110 @@ def classify_ncu_failure(
             "read the ncu log in the job's artifacts",
         )
     return None
+
+
+class NcuBackend(Backend):
+    """Nsight Compute: any metric, per kernel, measured outside the contestant's process."""
+
+    name = "ncu"
+    evidence = "external"
+    child_timer = "range"
+    default_metric = DEFAULT_METRIC
+    any_metric = True
+    settings_apply = True
+
+    def preflight(self, settings: JobSettings) -> None:
+        super().preflight(settings)
+        require_ncu()
+        _refuse_invalid_metrics(settings.metrics)
+
+    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+        ncu = require_ncu()
+        report, log = out_dir / REPORT_FILE, out_dir / NCU_LOG_FILE
+        command = build_ncu_command(
+            ncu,
+            metrics=settings.metrics,
+            cache_control=settings.cache_control,
+            clock_control=settings.clock_control,
+            replay_mode=settings.replay_mode,
+            report_path=report,
+            log_path=log,
+            target_argv=argv,
+        )
+        return Wrapped(command, ncu_version(ncu), report, log)
+
+    def classify_end(
+        self, outcome: SandboxOutcome, wrapped: Wrapped, settings: JobSettings
+    ) -> NsightCoreError | None:
+        if outcome.error_class in (ErrorClass.CANCELLED, ErrorClass.TIMEOUT):
+            return None
+        log = wrapped.log_path
+        text = log.read_text(errors="replace") if log is not None and log.exists() else ""
+        report = wrapped.report_path
+        return classify_ncu_failure(
+            outcome.exit_code,
+            text,
+            report is not None and report.exists(),
+            metrics=settings.metrics,
+        )
+
+    def read_records(
+        self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
+    ) -> Records:
+        return records_from_report(wrapped.report_path, settings.metrics)
+
+
+def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Records:
+    """Records of the ncu report, the metrics it really holds, the GPU name, failures.
+
+    ncu 2025.3 accepts an unknown metric name silently (exit 0, no log error, the report
+    simply lacks it; seen on the H200), so a requested metric that no action carries is
+    reported here as invalid_metric instead of turning into a column of nulls.
+    """
+    if report_path is None or not report_path.exists():
+        return Records([], list(metrics))
+    try:
+        report = extract_records(report_path, metrics)
+    except NsightCoreError as err:
+        failure = Failure(
+            ErrorClass=err.error_class, Error=err.message, Hint=err.hint, Phase="extract"
+        )
+        return Records([], list(metrics), None, [failure])
+    present = [
+        m for m in metrics if any(r.metric == m and r.value is not None for r in report.records)
+    ]
+    failures = [
+        Failure(
+            ErrorClass=ErrorClass.INVALID_METRIC,
+            Error=f"ncu recorded no value of {m!r} for any kernel: not a metric of this chip "
+            "and ncu version (ncu ignores unknown names without an error)",
+            Hint="call validate_metrics for the valid names",
+            Phase="extract",
+        )
+        for m in metrics
+        if m not in present and report.records
+    ]
+    kept = present if report.records else list(metrics)
+    records = [r for r in report.records if r.metric in kept]
+    return Records(records, kept, report.device.display_name, failures)
+
+
+def _refuse_invalid_metrics(metrics: Sequence[str]) -> None:
+    report = validate_metrics(list(metrics))
+    # "unverified" (no catalog for this chip, or a regex) is left to ncu and to the
+    # report check in read_records; only names known to be wrong stop the job here.
+    bad = [m for m in report.metrics if m.status in ("unknown", "needs_suffix")]
+    if bad:
+        parts = []
+        for m in bad:
+            names = m.suggestions or m.valid_names
+            hint = f" (did you mean {', '.join(names[:3])}?)" if names else ""
+            parts.append(f"{m.name}: {m.status}{hint}")
+        raise NsightCoreError(
+            ErrorClass.INVALID_METRIC,
+            "invalid metric name(s): " + "; ".join(parts),
+            "call validate_metrics for details; fix the names before profiling",
+        )
+
+
+NCU = register(NcuBackend())

@@ -1,12 +1,17 @@
-"""The worker, through the real pipeline on CPU: what runs inside a timed call."""
+"""The judge and the contestant on CPU: what runs inside a timed call, and what is reported."""
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.judge import Judge
 from nsight_core.pipeline import run_profile_job
+from nsight_core.protocol import SampleEvent, WorkerJob
 from nsight_core.request import ProfileRequest
+from nsight_core.runs import read_events
+from nsight_core.settings import JobSettings
 
 SOURCE = """
 import sys
@@ -43,13 +48,32 @@ def test_events_timed_calls_open_no_nvtx_range_so_none_pays_for_its_import(tmp_p
     assert all(r.NumRuns == 3 for r in result.rows)
 
 
-def test_ncu_mode_loop_reports_one_range_per_call_and_checks_first(tmp_path: Path) -> None:
-    # The worker's ncu-backend loop, run directly (no ncu attached, so its NVTX ranges are
-    # no-ops): every profiled call still reports its RunKey, and only checked candidates run.
-    from nsight_core.pipeline import read_events
-    from nsight_core.protocol import WorkerJob
-    from nsight_core.sandbox import SandboxLimits, run_sandboxed
+class RangeOnly(Backend):
+    """The 'range' child timer without a profiler: the loop ncu measures, run on CPU."""
 
+    name = "test-range"
+    evidence = "external"
+    child_timer = "range"
+    default_metric = "gpu__time_duration.sum"
+    any_metric = True
+    settings_apply = False
+
+    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+        return Wrapped(list(argv))
+
+    def read_records(
+        self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
+    ) -> Records:
+        return Records([], list(settings.metrics))
+
+
+def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates(
+    tmp_path: Path,
+) -> None:
+    # The judge runs in this process with a backend that opens NVTX ranges but attaches no
+    # profiler (so the ranges are no-ops): every timed call still reports its RunKey, and
+    # a wrong candidate is never reported as timed.
+    register(RangeOnly())
     source = SOURCE + "\ndef wrong(path):\n    return 2\n"
     request = ProfileRequest(
         reference="ref",
@@ -58,7 +82,7 @@ def test_ncu_mode_loop_reports_one_range_per_call_and_checks_first(tmp_path: Pat
         source=source,
         configs=[{"path": str(tmp_path / "seen.txt")}],
         runs=3,
-        backend="ncu",
+        backend="events",
         check={"check_determinism": False},
     )
     job_dir = tmp_path / "job"
@@ -66,20 +90,17 @@ def test_ncu_mode_loop_reports_one_range_per_call_and_checks_first(tmp_path: Pat
     (job_dir / "src.py").write_text(source)
     job = WorkerJob(
         mode="request",
-        backend="ncu",
+        backend="test-range",
         request=request,
         workdir=str(tmp_path),
         source_file=str(job_dir / "src.py"),
     )
-    job.write(job_dir)
-    outcome = run_sandboxed(
-        [sys.executable, "-m", "nsight_core.worker", str(job_dir)],
-        cwd=job_dir,
-        limits=SandboxLimits(wall_s=60),
-    )
-    assert outcome.error_class is None, outcome.message
+    assert Judge(job, request, job_dir).run() == 0
     events = read_events(job_dir / "events.jsonl")
     keys = sorted((r.annotation, r.run) for r in events.ranges)
     assert keys == [(a, r) for a in ("ref", "same") for r in range(3)]
     assert all(r.ok for r in events.ranges) and not events.samples
     assert [c.annotation for c in events.checks if not c.passed] == ["wrong"]
+    assert events.end is not None and events.end.error_class is None
+    # The range loop imported nvtx before any call; the events loop above never did.
+    assert "True" in (tmp_path / "seen.txt").read_text().split()

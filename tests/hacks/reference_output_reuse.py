@@ -5,11 +5,12 @@ Hack: reusing the reference's output memory (Sakana; KernelBench result_reuse_ke
   collector for a tensor of its output's shape whose rows sum to 1, which in an in-process
   harness is the reference's answer, and returns it without computing anything.
 Expect: incorrect
-Expect reasons: reference's output
+Expect reasons: output mismatch
 Runs alone: it searches the whole process, so other candidates' cached tensors would
   change what it finds.
-Defence: the reference's output stays alive while the candidate runs, and check.aliased
-  fails any output sharing memory with it. If nothing is found the zeros fail the values.
+Defence: the expected output for the candidate's inputs exists only in the judge's
+  process, which the candidate cannot reach; whatever it finds in its own process belongs
+  to other inputs (each call gets fresh ones), so the values fail.
 """
 
 from __future__ import annotations

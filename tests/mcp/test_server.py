@@ -102,11 +102,13 @@ def _read_fifo(path: Path) -> str:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Running or sleeping; a zombie (killed, waiting for its reaper) counts as dead."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return True
+    return state != "Z"
 
 
 def structured(result: CallToolResult) -> dict[str, Any]:

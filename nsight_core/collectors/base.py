@@ -1,0 +1,134 @@
+"""The backend interface: what a way of measuring must say, and the registry of them.
+
+A backend decides five things, and no other module compares backend names:
+
+- how the contestant's command is wrapped (`wrap`: under ncu, or not at all);
+- how a failed run is classified (`classify_end`: ncu's log, or nothing to add);
+- how the records of a run are read (`read_records`: an ncu report, or raw samples);
+- which metrics it measures (`measures`, `default_metric`, `settings_apply`);
+- its child-side timer (`child_timer`): an NVTX range that an external profiler reads, or
+  a clock inside the contestant. `evidence` says which of the two the rows can claim.
+
+Adding a backend (CUPTI is the next one) is one module: subclass `Backend`, implement the
+methods, and `register` an instance; `collectors/__init__.py` imports the module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.extract import KernelRecord
+from nsight_core.protocol import SampleEvent
+from nsight_core.request import DEFAULT_METRIC
+from nsight_core.results import EvidenceKind, Failure
+from nsight_core.settings import JobSettings
+
+if TYPE_CHECKING:  # only for annotations: sandbox.py stays out of the import graph here
+    from nsight_core.sandbox import SandboxOutcome
+
+ChildTimer = Literal["range", "clock"]
+"""'range': the contestant opens one NVTX range per timed call and an external profiler
+measures it; 'clock': the contestant times the call itself (CUDA events or a host clock)."""
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """A command ready to run, and what the backend will read afterwards."""
+
+    argv: list[str]
+    tool_version: str | None = None
+    """The wrapping tool's version (ncu's), for provenance."""
+    report_path: Path | None = None
+    log_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Records:
+    """Everything a backend read from one run: per-kernel records and what went wrong."""
+
+    records: list[KernelRecord]
+    metrics: list[str]
+    """The metrics the records really hold (a requested one may be missing)."""
+    gpu: str | None = None
+    failures: list[Failure] = field(default_factory=list)
+
+
+class Backend(ABC):
+    """One way of measuring; instances are stateless and shared."""
+
+    name: ClassVar[str]
+    evidence: ClassVar[EvidenceKind]
+    child_timer: ClassVar[ChildTimer]
+    default_metric: ClassVar[str]
+    any_metric: ClassVar[bool]
+    """True when the request may name any metric (ncu); else only `default_metric`."""
+    settings_apply: ClassVar[bool]
+    """Whether cache_control, clock_control and replay_mode mean anything here (rows record
+    them only then)."""
+
+    def preflight(self, settings: JobSettings) -> None:
+        """Refuse settings this backend cannot honour, before anything starts."""
+        defaults = ([DEFAULT_METRIC], [self.default_metric])
+        if not self.any_metric and list(settings.metrics) not in defaults:
+            raise NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                f"backend {self.name!r} measures time only "
+                f"({self.default_metric}); got metrics {list(settings.metrics)}",
+                "leave `metrics` at its default, or use a backend that reads counters (ncu)",
+            )
+        if not self.settings_apply and settings.replay_mode != "kernel":
+            raise NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                f"replay_mode {settings.replay_mode!r} needs a profiler that replays (ncu); "
+                f"backend {self.name!r} times each call once",
+                "leave kernels.replay_mode at 'kernel', or use backend 'ncu'",
+            )
+
+    def measures(self, settings: JobSettings) -> list[str]:
+        """The metric names rows of this job will carry."""
+        return list(settings.metrics) if self.any_metric else [self.default_metric]
+
+    @abstractmethod
+    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+        """The command that runs ``argv`` measured by this backend (files go to out_dir)."""
+
+    def classify_end(
+        self, outcome: SandboxOutcome, wrapped: Wrapped, settings: JobSettings
+    ) -> NsightCoreError | None:
+        """The backend's own reading of how the run ended; None when it has nothing to add."""
+        return None
+
+    @abstractmethod
+    def read_records(
+        self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
+    ) -> Records:
+        """The run's per-kernel records, from the backend's files or the reported samples."""
+
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def get_backend(name: str) -> Backend:
+    """The registered backend called ``name``; an invalid_request naming the others if none."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise NsightCoreError(
+            ErrorClass.INVALID_REQUEST,
+            f"backend {name!r} is not available in this version",
+            f"use one of {', '.join(sorted(_REGISTRY))}",
+        ) from None
+
+
+def backend_names() -> list[str]:
+    return sorted(_REGISTRY)

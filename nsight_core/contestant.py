@@ -1,0 +1,425 @@
+"""The contestant: the only process that imports and calls candidate code.
+
+``python -m nsight_core.contestant PRIVATE_DIR`` (request jobs; started by the judge, under
+ncu for that backend) reads ``contestant.json`` from its private directory, imports the
+annotations, connects to the judge's socket and then obeys: for each call message it makes
+new arrays from the judge's slots, calls the annotation (inside an NVTX range named by
+`RunKey` when an external profiler measures, or timed by the backend's clock), copies the
+output into the judge's output slots and replies. It decides nothing: it never sees a seed,
+an expected output or the run plan, and every number it reports is an in-process screen.
+
+Before any candidate is imported it imports the frameworks that are installed (so a
+``torch.py`` next to a candidate cannot shadow them) and snapshots the attributes it relies
+on (integrity.py); it reports every one rebound since, after imports and after each call.
+
+``python -m nsight_core.contestant --function JOB_DIR`` is the `@kernel` mode: the user's own
+function, which annotates itself, run per (config, run); it writes events.jsonl itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from nsight_core.annotation import RunContext, end_range, set_run_context, start_range
+from nsight_core.check import aliased, mutated, snapshot_inputs
+from nsight_core.collectors.events import Device, detect_device, start_timer
+from nsight_core.errors import ErrorClass, NsightCoreError, WorkerExit
+from nsight_core.exchange import SlotTable
+from nsight_core.integrity import Watch, shadowing_files
+from nsight_core.loader import load_callable
+from nsight_core.protocol import (
+    CONTESTANT_JOB_FILE,
+    EVENTS_FILE,
+    EVENTS_METRIC,
+    JOB_FILE,
+    CallMsg,
+    ContestantJob,
+    DoneEvent,
+    ExitMsg,
+    FailureEvent,
+    HelloMsg,
+    JudgeMsg,
+    Phase,
+    ProgressEvent,
+    RangeEvent,
+    ReplyMsg,
+    RunKey,
+    SampleEvent,
+    WorkerJob,
+)
+
+FRAMEWORKS = ("numpy", "torch", "cupy")
+"""Imported (when installed) before any candidate, so candidates cannot shadow them."""
+
+_JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
+
+
+def preload_frameworks() -> None:
+    for name in FRAMEWORKS:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+def seed_all(seed: int) -> None:
+    """Seed every RNG a function may use; frameworks only if already imported."""
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % (2**32))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with contextlib.suppress(Exception):
+            cupy.random.seed(seed % (2**32))
+
+
+def sync_all() -> None:
+    """Wait for every framework's GPU work, so a range encloses what its call launched."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with contextlib.suppress(Exception):  # no device: nothing to wait for
+            cupy.cuda.Device().synchronize()
+
+
+def classify_exception(exc: BaseException) -> ErrorClass:
+    """Compile errors of JITs (Triton, NVRTC via cupy) differ from run-time failures."""
+    if isinstance(exc, SyntaxError):
+        return ErrorClass.COMPILE_ERROR
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
+        return ErrorClass.RUNTIME_ERROR
+    for cls in type(exc).__mro__:
+        name = cls.__name__
+        if "Compil" in name or name in {"CompileException", "NVRTCError"}:
+            return ErrorClass.COMPILE_ERROR
+    return ErrorClass.RUNTIME_ERROR
+
+
+def failure_event(
+    annotation: str,
+    phase: Phase,
+    exc: BaseException,
+    *,
+    config_id: int | None = None,
+    run: int | None = None,
+) -> FailureEvent:
+    if isinstance(exc, NsightCoreError):
+        error_class, message = exc.error_class, str(exc)
+    else:
+        error_class, message = classify_exception(exc), f"{type(exc).__name__}: {exc}"
+    file = getattr(exc, "filename", None) or getattr(exc, "file", None)
+    line = getattr(exc, "lineno", None) or getattr(exc, "line", None)
+    tb = "".join(traceback.format_exception(exc))
+    return FailureEvent(
+        annotation=annotation,
+        config_id=config_id,
+        run=run,
+        phase=phase,
+        error_class=error_class,
+        message=message[:4000],
+        traceback=tb[-6000:],
+        file=str(file) if isinstance(file, str | Path) else None,
+        line=line if isinstance(line, int) else None,
+    )
+
+
+def _die_with_judge(sock: socket.socket) -> None:
+    """A watchdog: when the judge's end of the socket closes, end this process group."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    while True:
+        for _fd, mask in poller.poll():
+            if mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR):
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgrp(), signal.SIGKILL)
+                os._exit(int(WorkerExit.INTERNAL))
+
+
+class Contestant:
+    """Request mode: import the annotations, then call them as the judge says."""
+
+    def __init__(self, job: ContestantJob) -> None:
+        self.job = job
+        self.fns: dict[str, Callable[..., Any]] = {}
+        self.slots = SlotTable()
+        self.device: Device | None = None
+        # Bound before any candidate code runs; integrity.py watches them for rebinding.
+        self._perf_counter_ns = time.perf_counter_ns
+        self._time_call = Device.time_call
+        self.watch = Watch()
+        self._sock: socket.socket | None = None
+        self._reader: IO[bytes] | None = None
+        self._reported: set[str] = set()
+
+    def _new_changes(self) -> list[str]:
+        changes = [c for c in self.watch.changes() if c not in self._reported]
+        self._reported.update(changes)
+        return changes
+
+    def load(self) -> HelloMsg:
+        source = Path(self.job.source_file) if self.job.source_file else None
+        workdir = Path(self.job.workdir)
+        failures: list[FailureEvent] = []
+        integrity: list[str] = []
+        for spec in self.job.annotations:
+            try:
+                self.fns[spec] = load_callable(spec, workdir=workdir, source_file=source)
+            except Exception as exc:
+                failures.append(failure_event(spec, "import", exc))
+            integrity += [f"{c} (changed while {spec!r} was imported)" for c in self._new_changes()]
+        dirs = {workdir, *(Path(m.__file__).parent for m in _user_modules())}
+        return HelloMsg(
+            loaded=list(self.fns),
+            failures=failures,
+            integrity=integrity,
+            shadowed=shadowing_files(sorted(dirs)),
+        )
+
+    def serve(self) -> int:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(self.job.socket_path)
+        self._sock = sock
+        threading.Thread(target=_die_with_judge, args=(sock,), daemon=True).start()
+        self._reader = sock.makefile("rb")
+        self._send(self.load())
+        while True:
+            line = self._reader.readline()
+            if not line:
+                return int(WorkerExit.OK)
+            msg = _JUDGE_MSG.validate_json(line)
+            if isinstance(msg, ExitMsg):
+                return int(WorkerExit.OK)
+            self._send(self.call(msg))
+
+    def _send(self, msg: BaseModel) -> None:
+        assert self._sock is not None
+        self._sock.sendall(msg.model_dump_json().encode() + b"\n")
+
+    def call(self, msg: CallMsg) -> ReplyMsg:
+        self.slots.attach(msg.new_slots)
+        fn = self.fns[msg.annotation]
+        run = msg.run
+        try:
+            args, kwargs = self.slots.materialize(msg.inputs)
+            if self.device is None:
+                self.device = detect_device((args, kwargs))
+            self.device.sync()
+        except Exception as exc:
+            return ReplyMsg(
+                nonce=msg.nonce,
+                ok=False,
+                failure=failure_event("<harness>", "profile", exc, config_id=msg.config_id),
+            )
+        snap = snapshot_inputs((args, kwargs)) if self.job.check_mutation else None
+        phase: Phase = "profile" if run is not None else "warmup"
+        ns: float | None = None
+        try:
+            if run is None:
+                out = fn(*args, **kwargs)
+                sync_all()
+            elif self.job.child_timer == "clock":
+                out, ns = self._time_call(self.device, lambda: fn(*args, **kwargs))
+            else:
+                rid = start_range(RunKey(msg.annotation, msg.config_id, run).range_name())
+                try:
+                    out = fn(*args, **kwargs)
+                    sync_all()
+                finally:
+                    end_range(rid)
+        except Exception as exc:
+            return ReplyMsg(
+                nonce=msg.nonce,
+                ok=False,
+                failure=failure_event(msg.annotation, phase, exc, config_id=msg.config_id, run=run),
+                integrity=self._new_changes(),
+            )
+        reasons: list[str] = []
+        if snap is not None:
+            reasons += [f"mutated input {name}" for name in mutated(snap, (args, kwargs))]
+        if self.job.check_aliasing:
+            reasons += [f"output aliases {name}" for name in aliased(out, (args, kwargs))]
+        node = self.slots.write_output(out, msg.out_slots) if msg.want_output else None
+        sync_all()
+        return ReplyMsg(
+            nonce=msg.nonce,
+            ok=True,
+            output=node,
+            ns=ns,
+            reasons=reasons,
+            integrity=self._new_changes(),
+            device=self.device.name if self.device else None,
+        )
+
+
+def _user_modules() -> list[Any]:
+    return [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("nspy_user_") and getattr(m, "__file__", None)
+    ]
+
+
+# -- the `@kernel` mode --------------------------------------------------------------------
+
+
+class EventWriter:
+    """Appends one JSON line per event and flushes, so a crash loses at most the last line."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh: IO[str] = path.open("a", buffering=1, encoding="utf-8")
+
+    def emit(self, event: BaseModel) -> None:
+        self._fh.write(event.model_dump_json() + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def events_sample(key: RunKey, ns: float) -> SampleEvent:
+    """One clock timing of the call `key`, in ns."""
+    return SampleEvent(
+        annotation=key.annotation,
+        config_id=key.config_id,
+        run=key.run,
+        metric=EVENTS_METRIC,
+        value=ns,
+        unit="ns",
+    )
+
+
+RUN_SEED_BASE = 500_000
+
+
+def run_function_job(job: WorkerJob, events: EventWriter, timed: bool) -> int:
+    """Call the user's function per (config, run); it annotates itself."""
+    import cloudpickle
+
+    assert job.function is not None
+    spec = job.function
+    phase_seconds: dict[str, float] = {}
+    # The pickle holds the function and its bound configs: config values may be any
+    # picklable object (tuples, tensors' shapes, dataclasses), not only JSON.
+    fn, configs = cloudpickle.loads((Path(job.workdir) / spec.pickle_file).read_bytes())
+
+    reported: set[int] = set()
+
+    def on_range(key: RunKey, exc: BaseException | None, elapsed: float | None) -> None:
+        if exc is not None:
+            reported.add(id(exc))
+        if elapsed is not None:
+            events.emit(events_sample(key, elapsed))
+        events.emit(
+            RangeEvent(
+                annotation=key.annotation, config_id=key.config_id, run=key.run, ok=exc is None
+            )
+        )
+        if exc is not None:
+            events.emit(
+                failure_event(key.annotation, "profile", exc, config_id=key.config_id, run=key.run)
+            )
+
+    t0 = time.monotonic()
+    for cid, (args, kwargs) in enumerate(configs):
+        for _ in range(spec.warmup):
+            set_run_context(RunContext(config_id=cid, run=-1, profiling=False))
+            try:
+                fn(*args, **kwargs)
+                sync_all()
+            except Exception as exc:
+                events.emit(failure_event("<function>", "warmup", exc, config_id=cid))
+    phase_seconds["warmup"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    total, done = len(configs) * spec.runs, 0
+    for cid, (args, kwargs) in enumerate(configs):
+        for run in range(spec.runs):
+            seed_all(job.seed + RUN_SEED_BASE + run)
+            set_run_context(
+                RunContext(
+                    config_id=cid,
+                    run=run,
+                    profiling=True,
+                    on_range=on_range,
+                    sync=None if timed else sync_all,
+                    timer=start_timer if timed else None,
+                    nvtx=not timed,
+                )
+            )
+            try:
+                fn(*args, **kwargs)
+                sync_all()
+            except Exception as exc:
+                # Raised outside any annotation (inside ones are reported by on_range).
+                if id(exc) not in reported:
+                    events.emit(failure_event("<function>", "profile", exc, config_id=cid, run=run))
+            done += 1
+            events.emit(
+                ProgressEvent(phase="profile", config_id=cid, run=run, done=done, total=total)
+            )
+    set_run_context(None)
+    phase_seconds["profile"] = time.monotonic() - t0
+    events.emit(DoneEvent(phase_seconds=phase_seconds, device=None))
+    return int(WorkerExit.OK)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--function":
+        job_dir = Path(argv[2])
+        try:
+            job = WorkerJob.model_validate_json((job_dir / JOB_FILE).read_text())
+        except Exception as exc:
+            sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
+            return int(WorkerExit.BAD_JOB)
+        timed = job.child_timer == "clock"
+        if not timed:
+            import nvtx
+        if job.workdir not in sys.path:
+            sys.path.append(job.workdir)
+        events = EventWriter(job_dir / EVENTS_FILE)
+        try:
+            return run_function_job(job, events, timed)
+        except Exception as exc:
+            events.emit(failure_event("<worker>", "profile", exc))
+            return int(WorkerExit.INTERNAL)
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m nsight_core.contestant PRIVATE_DIR\n")
+        return int(WorkerExit.BAD_JOB)
+    try:
+        cjob = ContestantJob.model_validate_json((Path(argv[1]) / CONTESTANT_JOB_FILE).read_text())
+    except Exception as exc:
+        sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
+        return int(WorkerExit.BAD_JOB)
+    preload_frameworks()
+    if cjob.child_timer == "range":
+        import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
+    return Contestant(cjob).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

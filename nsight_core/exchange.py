@@ -1,0 +1,375 @@
+"""Arguments and outputs across the judge/contestant boundary, through shared slots.
+
+The judge owns every slot: CUDA memory shared by IPC (torch's CUDA tensor sharing) for
+arrays on the GPU, a file mapped into both processes for arrays on the host. Arrays cross
+as bytes in a slot plus a JSON description (`protocol.ArrayNode`); the comparison stays on
+the judge's side, on the device where the expected output lives.
+
+- `Arena` (judge): writes fresh inputs into input slots, names output slots sized like the
+  expected output's arrays, and rebuilds the contestant's output from its description.
+- `SlotTable` (contestant): attaches slots, makes *new* arrays from them for every call (so
+  a candidate never holds memory the judge reads), and copies its outputs into slots.
+
+CUDA slots come from a memory pool of their own where torch has one (`torch.cuda.MemPool`),
+else they are allocated at whole-segment sizes, so the segment a contestant maps never holds
+the judge's expected outputs.
+"""
+
+from __future__ import annotations
+
+import base64
+import mmap
+import pickle
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nsight_core.protocol import (
+    ArrayNode,
+    DictNode,
+    Node,
+    OpaqueNode,
+    PickleNode,
+    SeqNode,
+    SlotSpec,
+    ValueNode,
+)
+
+_SEGMENT_ROUND = 2 << 20
+_MIN_OWN_SEGMENT = 12 << 20
+"""torch's caching allocator gives an allocation above 10 MiB a segment of its own, rounded
+to 2 MiB; a slot that size shares its segment with nothing else of the judge's."""
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def type_name(x: object) -> str:
+    t = type(x)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def framework_of(x: object) -> str | None:
+    """'torch', 'numpy' or 'cupy' for an array of that library (exact or subclass)."""
+    for name in ("torch", "numpy", "cupy"):
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        cls = mod.Tensor if name == "torch" else mod.ndarray
+        if isinstance(x, cls):
+            return name
+    return None
+
+
+def _value_node(x: Any) -> ValueNode:
+    if isinstance(x, float) and x != x:
+        return ValueNode(type_name=type_name(x), special="nan")
+    if isinstance(x, float) and x in (float("inf"), float("-inf")):
+        return ValueNode(type_name=type_name(x), special="inf" if x > 0 else "-inf")
+    return ValueNode(type_name=type_name(x), value=x)
+
+
+def _value_of(node: ValueNode) -> Any:
+    if node.special is not None:
+        return float(node.special)
+    return node.value
+
+
+def _as_torch_bytes(x: Any, fw: str) -> Any:
+    """A flat uint8 torch view of the array's bytes in logical (C) order."""
+    torch = sys.modules["torch"]
+    if fw == "torch":
+        t = x.detach()
+    elif fw == "cupy":
+        t = torch.from_dlpack(x)
+    else:
+        t = torch.from_numpy(x)
+    t = t.contiguous()
+    return t.reshape(-1).view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
+
+
+def _device_of(x: Any, fw: str) -> str:
+    if fw == "torch":
+        return "cuda" if x.is_cuda else str(x.device.type)
+    return "cuda" if fw == "cupy" else "cpu"
+
+
+def _dense_stride(x: Any, fw: str) -> list[int] | None:
+    """Strides to recreate when the array is a non-contiguous but dense permutation."""
+    if fw != "torch" or x.is_contiguous() or x.numel() == 0:
+        return None
+    stride = list(x.stride())
+    if any(s <= 0 for s in stride):
+        return None  # broadcast views cross as contiguous copies
+    return stride
+
+
+@dataclass
+class _Slot:
+    spec: SlotSpec
+    buf: Any
+    """A flat uint8 torch tensor over the slot's memory (CUDA or host)."""
+    mm: mmap.mmap | None = None
+
+
+class Arena:
+    """The judge's slots. One arena per job; slots are reused for equal keys and sizes."""
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._slots: dict[int, _Slot] = {}
+        self._by_key: dict[tuple[str, ...], int] = {}
+        self._pool: Any = None
+
+    def _alloc_cuda(self, nbytes: int) -> Any:
+        torch = sys.modules["torch"]
+        size = max(-(-nbytes // _SEGMENT_ROUND) * _SEGMENT_ROUND, _MIN_OWN_SEGMENT)
+        pool_cls = getattr(torch.cuda, "MemPool", None)
+        if pool_cls is not None and self._pool is None:
+            self._pool = pool_cls()
+        if self._pool is not None:
+            with torch.cuda.use_mem_pool(self._pool):
+                return torch.empty(size, dtype=torch.uint8, device="cuda")
+        return torch.empty(size, dtype=torch.uint8, device="cuda")
+
+    def _new_slot(self, where: str, nbytes: int) -> _Slot:
+        sid = len(self._slots)
+        torch = sys.modules["torch"]
+        if where == "cuda":
+            from torch.multiprocessing.reductions import reduce_tensor
+
+            buf = self._alloc_cuda(nbytes)
+            shared = reduce_tensor(buf)  # type: ignore[no-untyped-call]
+            handle = base64.b64encode(pickle.dumps(shared)).decode()
+            slot = _Slot(SlotSpec(slot=sid, where="cuda", nbytes=buf.numel(), handle=handle), buf)
+        else:
+            size = max(nbytes, 1)
+            path = self._dir / f"slot{sid}"
+            with path.open("wb") as f:
+                f.truncate(size)
+            with path.open("r+b") as f:
+                mm = mmap.mmap(f.fileno(), size)
+            buf = torch.frombuffer(mm, dtype=torch.uint8, count=size)
+            slot = _Slot(SlotSpec(slot=sid, where="host", nbytes=size, handle=str(path)), buf, mm)
+        self._slots[sid] = slot
+        return slot
+
+    def _slot_for(
+        self, key: tuple[str, ...], where: str, nbytes: int, new: list[SlotSpec]
+    ) -> _Slot:
+        sid = self._by_key.get(key)
+        if sid is not None:
+            slot = self._slots[sid]
+            if slot.spec.where == where and slot.spec.nbytes >= nbytes:
+                return slot
+        slot = self._new_slot(where, nbytes)
+        self._by_key[key] = slot.spec.slot
+        new.append(slot.spec)
+        return slot
+
+    # -- inputs ---------------------------------------------------------------------------
+    def encode_inputs(self, obj: Any, key: str, new: list[SlotSpec]) -> Node:
+        """Describe ``obj`` and copy its arrays into slots keyed by ``key`` and path."""
+        return self._encode(obj, (key, "in"), new)
+
+    def _encode(self, x: Any, path: tuple[str, ...], new: list[SlotSpec]) -> Node:
+        fw = framework_of(x)
+        if fw is not None:
+            data = _as_torch_bytes(x, fw)
+            where = "cuda" if data.is_cuda else "host"
+            slot = self._slot_for(path, where, data.numel(), new)
+            if data.numel():
+                slot.buf[: data.numel()].copy_(data)
+            return ArrayNode(
+                framework=fw,
+                type_name=type_name(x),
+                dtype=str(x.dtype).removeprefix("torch."),
+                shape=list(x.shape),
+                stride=_dense_stride(x, fw),
+                device=_device_of(x, fw),
+                slot=slot.spec.slot,
+                nbytes=data.numel(),
+                requires_grad=bool(getattr(x, "requires_grad", False)),
+            )
+        if isinstance(x, _PLAIN):
+            return _value_node(x)
+        if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+            return DictNode(
+                type_name=type_name(x),
+                keys=list(x),
+                items=[self._encode(v, (*path, k), new) for k, v in x.items()],
+            )
+        if isinstance(x, tuple | list) and not hasattr(x, "_fields"):
+            return SeqNode(
+                kind="tuple" if isinstance(x, tuple) else "list",
+                type_name=type_name(x),
+                items=[self._encode(v, (*path, str(i)), new) for i, v in enumerate(x)],
+            )
+        return PickleNode(data=base64.b64encode(pickle.dumps(x)).decode())
+
+    # -- outputs --------------------------------------------------------------------------
+    def output_slots(self, expected: Any, key: str, new: list[SlotSpec]) -> list[int]:
+        """One slot per array of the expected output, in flattening order."""
+        out = []
+        for i, (leaf, fw) in enumerate(_array_leaves(expected)):
+            nbytes = int(leaf.nbytes)
+            where = "cuda" if _device_of(leaf, fw) == "cuda" else "host"
+            out.append(self._slot_for((key, "out", str(i)), where, nbytes, new).spec.slot)
+        return out
+
+    def decode_output(self, node: Node, allowed: set[int]) -> Any:
+        """The contestant's output, rebuilt as new arrays the judge alone holds."""
+        if isinstance(node, ArrayNode):
+            if node.slot is None or node.slot not in allowed:
+                raise ValueError(f"an output array of shape {node.shape} had no slot")
+            slot = self._slots[node.slot]
+            if node.nbytes > slot.spec.nbytes:
+                raise ValueError("an output array claims more bytes than its slot holds")
+            return _rebuild(node, slot.buf[: node.nbytes], fresh=True)
+        if isinstance(node, ValueNode):
+            return _value_of(node)
+        if isinstance(node, SeqNode):
+            items = [self.decode_output(i, allowed) for i in node.items]
+            return tuple(items) if node.kind == "tuple" else items
+        if isinstance(node, DictNode):
+            return {
+                k: self.decode_output(v, allowed)
+                for k, v in zip(node.keys, node.items, strict=True)
+            }
+        if isinstance(node, OpaqueNode):
+            return _Opaque(node.type_name)
+        raise ValueError("a pickled object is not a valid output description")
+
+    def close(self) -> None:
+        for slot in self._slots.values():
+            slot.buf = None
+            if slot.mm is not None:
+                slot.mm.close()
+        self._slots.clear()
+
+
+@dataclass(frozen=True)
+class _Opaque:
+    """Stands for an output object that could not cross; never equal to a real output."""
+
+    type_name: str
+
+
+def _array_leaves(x: Any) -> Iterator[tuple[Any, str]]:
+    fw = framework_of(x)
+    if fw is not None:
+        yield x, fw
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _array_leaves(v)
+    elif isinstance(x, tuple | list):
+        for v in x:
+            yield from _array_leaves(v)
+
+
+def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
+    """An array like ``node`` made from the uint8 torch view ``data`` (copied when fresh)."""
+    torch = sys.modules["torch"]
+    if node.framework == "numpy":
+        import numpy as np
+
+        raw = data.cpu().numpy() if data.numel() else np.empty(0, dtype=np.uint8)
+        return raw.view(np.dtype(node.dtype)).reshape(node.shape).copy()
+    dtype = getattr(torch, node.dtype)
+    flat = data.view(dtype) if node.nbytes else torch.empty(0, dtype=dtype, device=data.device)
+    dense = flat.reshape(node.shape)
+    if node.stride is not None:
+        out = torch.empty_strided(node.shape, node.stride, dtype=dtype, device=data.device)
+        out.copy_(dense)
+    else:
+        out = dense.clone() if fresh else dense
+    if node.framework == "cupy":
+        import cupy
+
+        return cupy.from_dlpack(out)
+    if node.requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+class SlotTable:
+    """The contestant's view of the judge's slots."""
+
+    def __init__(self) -> None:
+        self._bufs: dict[int, Any] = {}
+        self._maps: list[mmap.mmap] = []
+
+    def attach(self, specs: list[SlotSpec]) -> None:
+        torch = sys.modules["torch"]
+        for spec in specs:
+            if spec.where == "cuda":
+                fn, args = pickle.loads(base64.b64decode(spec.handle))
+                self._bufs[spec.slot] = fn(*args)
+            else:
+                with open(spec.handle, "r+b") as f:
+                    mm = mmap.mmap(f.fileno(), spec.nbytes)
+                self._maps.append(mm)
+                self._bufs[spec.slot] = torch.frombuffer(mm, dtype=torch.uint8, count=spec.nbytes)
+
+    def materialize(self, node: Node) -> Any:
+        """New objects for one call: arrays are fresh copies, never the slots themselves."""
+        if isinstance(node, ArrayNode):
+            assert node.slot is not None
+            return _rebuild(node, self._bufs[node.slot][: node.nbytes], fresh=True)
+        if isinstance(node, ValueNode):
+            return _value_of(node)
+        if isinstance(node, PickleNode):
+            return pickle.loads(base64.b64decode(node.data))
+        if isinstance(node, SeqNode):
+            items = [self.materialize(i) for i in node.items]
+            return tuple(items) if node.kind == "tuple" else items
+        if isinstance(node, DictNode):
+            return {k: self.materialize(v) for k, v in zip(node.keys, node.items, strict=True)}
+        raise ValueError(f"cannot materialize a {node.kind} node")
+
+    def write_output(self, out: Any, out_slots: list[int]) -> Node:
+        """Describe ``out`` and copy its arrays into the judge's output slots, in order."""
+        counter = iter(range(len(out_slots) + 10**9))
+        return self._write(out, out_slots, counter, depth=0)
+
+    def _write(self, x: Any, out_slots: list[int], counter: Iterator[int], depth: int) -> Node:
+        if depth > 32:
+            return OpaqueNode(type_name="<nested deeper than 32 levels>")
+        fw = framework_of(x)
+        if fw is not None:
+            i = next(counter)
+            data = _as_torch_bytes(x, fw)
+            slot = out_slots[i] if i < len(out_slots) else None
+            if slot is not None and data.numel() <= self._bufs[slot].numel():
+                if data.numel():
+                    self._bufs[slot][: data.numel()].copy_(data)
+            else:
+                slot = None
+            return ArrayNode(
+                framework=fw,
+                type_name=type_name(x),
+                dtype=str(x.dtype).removeprefix("torch."),
+                shape=list(x.shape),
+                device=_device_of(x, fw),
+                slot=slot,
+                nbytes=data.numel(),
+            )
+        if isinstance(x, _PLAIN):
+            if isinstance(x, str) and len(x) > 10_000:
+                return OpaqueNode(type_name="str (longer than 10000 characters)")
+            return _value_node(x)
+        if isinstance(x, dict) and all(isinstance(k, str) for k in x) and len(x) <= 1000:
+            return DictNode(
+                type_name=type_name(x),
+                keys=list(x),
+                items=[self._write(v, out_slots, counter, depth + 1) for v in x.values()],
+            )
+        if isinstance(x, tuple | list) and len(x) <= 1000:
+            return SeqNode(
+                kind="tuple" if isinstance(x, tuple) else "list",
+                type_name=type_name(x),
+                items=[self._write(v, out_slots, counter, depth + 1) for v in x],
+            )
+        return OpaqueNode(type_name=type_name(x))

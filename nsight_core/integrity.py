@@ -1,0 +1,134 @@
+"""Inside the contestant: notice when candidate code rebinds what the harness relies on.
+
+The harness binds its timers (CUDA events, host clocks), synchronisation and the framework
+functions the reference calls before any candidate is imported. `Watch.snapshot` records
+the identity of every attribute of those modules and classes; `Watch.changes` names each
+one rebound since. A candidate that patches ``torch.cuda.Event.elapsed_time`` or
+``torch.softmax`` at import or during a call is thus named, and the judge makes every
+in-process number (and, for a framework function, every row) suspicious.
+
+This runs in the contestant, so a determined candidate could patch this module too; it is
+one cross-check among several, and the judge never takes a number on its word alone.
+Attributes that appear later (lazy submodules) are not changes.
+
+It also finds files in a candidate's directory that shadow installed modules (a
+``torch.py`` next to the candidate): the harness imports frameworks first, so the shadow is
+never used, but the attempt is reported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+WATCHED_MODULES = (
+    "time",
+    "builtins",
+    "gc",
+    "torch",
+    "torch.cuda",
+    "torch.nn.functional",
+    "torch.Tensor",
+    "torch.cuda.Event",
+    "torch.cuda.Stream",
+    "numpy",
+    "cupy",
+    "cupy.cuda",
+    "triton",
+    "nvtx",
+    "nsight_core.collectors.events",
+    "nsight_core.collectors.events.Device",
+    "nsight_core.contestant",
+    "nsight_core.exchange",
+    "nsight_core.exchange.SlotTable",
+    "socket.socket",
+)
+"""Modules and classes whose attributes are watched (those not imported are skipped)."""
+
+_SKIP = frozenset({"__dict__", "__weakref__", "__doc__", "_initialized", "__annotations__"})
+
+
+def _resolve(name: str) -> object | None:
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    parent, _, attr = name.rpartition(".")
+    owner = sys.modules.get(parent)
+    return getattr(owner, attr, None) if owner is not None and parent else None
+
+
+def _attributes(obj: object) -> dict[str, int]:
+    try:
+        items = list(vars(obj).items())
+    except TypeError:
+        return {}
+    out = {}
+    for name, value in items:
+        if name in _SKIP:
+            continue
+        # Only behaviour is watched: functions, classes, descriptors. Plain data (counters,
+        # caches, flags) legitimately changes while frameworks run.
+        if callable(value) or isinstance(value, classmethod | staticmethod | property):
+            out[name] = id(value)
+    return out
+
+
+class Watch:
+    """Identities of watched attributes, taken before any candidate code runs."""
+
+    def __init__(self, names: Iterable[str] = WATCHED_MODULES) -> None:
+        self._names = tuple(names)
+        self._seen: dict[str, dict[str, int]] = {}
+        self._keep: list[object] = []
+        self.snapshot()
+
+    def snapshot(self) -> None:
+        for name in self._names:
+            obj = _resolve(name)
+            if obj is None or name in self._seen:
+                continue
+            self._seen[name] = _attributes(obj)
+            self._keep.append(obj)  # ids stay unique while the objects are alive
+
+    def changes(self) -> list[str]:
+        """'torch.cuda.Event.elapsed_time' for each watched attribute rebound since."""
+        found = []
+        for name, attrs in self._seen.items():
+            obj = _resolve(name)
+            if obj is None:
+                found.append(f"{name} (removed)")
+                continue
+            try:
+                now = vars(obj)
+            except TypeError:
+                continue
+            for attr, ident in attrs.items():
+                value = now.get(attr)
+                if value is None or id(value) != ident:
+                    found.append(f"{name}.{attr}")
+        return found
+
+
+def shadowing_files(directories: Iterable[Path]) -> list[str]:
+    """Files or packages in ``directories`` named like an installed or built-in module."""
+    found = []
+    for d in directories:
+        if not d.is_dir():
+            continue
+        for entry in sorted(d.iterdir()):
+            stem = entry.stem if entry.suffix == ".py" else entry.name
+            if entry.suffix != ".py" and not (entry / "__init__.py").exists():
+                continue
+            if stem in sys.builtin_module_names or stem in sys.stdlib_module_names:
+                found.append(f"{entry} shadows the standard module {stem!r}")
+                continue
+            try:
+                spec = importlib.util.find_spec(stem)
+            except (ImportError, ValueError):
+                continue
+            origin = Path(spec.origin).resolve() if spec and spec.origin else None
+            if origin is not None and d.resolve() not in origin.parents:
+                found.append(f"{entry} shadows the installed module {stem!r}")
+    return found

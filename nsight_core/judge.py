@@ -1,0 +1,642 @@
+"""The judge: makes the inputs, runs the reference, checks every output. Never imports candidates.
+
+``python -P -m nsight_core.judge JOB_DIR`` is what the pipeline starts for a request. It
+
+1. draws a seed from the OS (`secrets`) that never leaves this process, and starts the
+   contestant (contestant.py) in a private temporary directory outside the store, wrapped
+   by the backend (under ncu for that backend, so only the contestant is profiled);
+2. imports the reference and the input maker itself (trusted by contract);
+3. for every call the contestant makes, untimed (warm-up and check) or timed, makes fresh
+   inputs, hands them over through shared slots, runs the reference on its own copy, and
+   compares the output that comes back: there is no separate check phase to tell apart;
+4. writes events.jsonl for the pipeline: verdicts, failures, the ranges and samples of
+   candidates that passed every check of their config, and anything suspect (rebound
+   timers or framework functions, messages nobody asked for, shadowing files).
+
+A candidate that fails a check is called no more on that config, and none of its timed runs
+on that config is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from nsight_core.check import clone_args, same_result
+from nsight_core.collectors import get_backend
+from nsight_core.collectors.base import Backend, Wrapped
+from nsight_core.contestant import (
+    EventWriter,
+    failure_event,
+    preload_frameworks,
+    seed_all,
+    sync_all,
+)
+from nsight_core.errors import ErrorClass, WorkerExit
+from nsight_core.exchange import Arena
+from nsight_core.loader import load_callable
+from nsight_core.protocol import (
+    CONTESTANT_JOB_FILE,
+    EVENTS_FILE,
+    EVENTS_METRIC,
+    JOB_FILE,
+    MAX_REPLY_BYTES,
+    CallMsg,
+    CheckEvent,
+    ContestantJob,
+    ContestantMsg,
+    DoneEvent,
+    EndEvent,
+    ExitMsg,
+    FailureEvent,
+    HelloMsg,
+    Phase,
+    PhaseEvent,
+    ProgressEvent,
+    RangeEvent,
+    ReplyMsg,
+    SampleEvent,
+    SlotSpec,
+    SuspectEvent,
+    WorkerJob,
+)
+from nsight_core.request import ProfileRequest
+from nsight_core.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
+from nsight_core.settings import JobSettings
+from nsight_core.verdict import Tally, TrivialBound, judge_output, trivial_bound, type_mismatch
+
+_REPLY = TypeAdapter[ContestantMsg](ContestantMsg)
+
+START_TIMEOUT_S = 120.0
+"""How long the contestant may take to start, import and say hello (ncu start-up included)."""
+
+IN_PROCESS_PREFIXES = (
+    "time.",
+    "torch.cuda.Event",
+    "cupy.cuda.",
+    "nsight_core.",
+    "socket.",
+    "gc.",
+)
+"""Rebinding these can only fool timers inside the contestant; external numbers stand."""
+
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class ContestantGone(Exception):
+    """The contestant's process ended while the judge waited for it."""
+
+
+class Channel:
+    """The judge's end of the contestant's socket, with deadlines and a line-size cap."""
+
+    def __init__(self, path: Path) -> None:
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(path))
+        self._listener.listen(1)
+        self._listener.settimeout(0.2)
+        self._conn: socket.socket | None = None
+        self._buf = b""
+
+    def accept(self, alive: Callable[[], bool], deadline: float) -> None:
+        while self._conn is None:
+            if not alive():
+                raise ContestantGone("the contestant ended before it connected")
+            if time.monotonic() > deadline:
+                raise TimeoutError("the contestant did not connect in time")
+            with contextlib.suppress(TimeoutError):
+                conn, _ = self._listener.accept()
+                conn.settimeout(0.2)
+                self._conn = conn
+
+    def send(self, data: bytes) -> None:
+        assert self._conn is not None
+        self._conn.sendall(data + b"\n")
+
+    def recv_line(self, alive: Callable[[], bool]) -> bytes:
+        """The next line; raises ContestantGone when the process ends without one."""
+        assert self._conn is not None
+        while b"\n" not in self._buf:
+            if len(self._buf) > MAX_REPLY_BYTES:
+                raise ValueError(f"a reply longer than {MAX_REPLY_BYTES} bytes")
+            try:
+                chunk = self._conn.recv(1 << 16)
+            except TimeoutError:
+                if not alive():
+                    raise ContestantGone("the contestant ended during a call") from None
+                continue
+            if not chunk:
+                raise ContestantGone("the contestant closed its connection")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def close(self) -> None:
+        for s in (self._conn, self._listener):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.close()
+
+
+class ContestantProcess:
+    """The contestant, run to its end by sandbox.py in a thread of the judge."""
+
+    def __init__(self, argv: list[str], cwd: Path, output_dir: Path, wall_s: float) -> None:
+        self.outcome: SandboxOutcome | None = None
+        self.cancel = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(argv, cwd, output_dir, wall_s), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, argv: list[str], cwd: Path, output_dir: Path, wall_s: float) -> None:
+        self.outcome = run_sandboxed(
+            argv,
+            cwd=cwd,
+            limits=SandboxLimits(wall_s=max(wall_s, 1.0)),
+            cancel=self.cancel,
+            output_dir=output_dir,
+        )
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, timeout: float) -> SandboxOutcome | None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.cancel.set()
+            self._thread.join()
+        return self.outcome
+
+
+@dataclass
+class _ConfigState:
+    """One config's calls so far: verdicts, failures, and timed events held back until the
+    candidate has passed every check of the config."""
+
+    cid: int
+    config: dict[str, Any]
+    anns: list[str]
+    alive: set[str] = field(default_factory=set)
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    errors: dict[str, FailureEvent] = field(default_factory=dict)
+    pending: dict[str, list[RangeEvent | SampleEvent | FailureEvent]] = field(default_factory=dict)
+    bound: TrivialBound | None = None
+    bound_known: bool = False
+
+    def __post_init__(self) -> None:
+        self.alive = set(self.anns)
+        self.tallies = {a: Tally() for a in self.anns}
+        self.pending = {a: [] for a in self.anns}
+
+
+class Judge:
+    def __init__(self, job: WorkerJob, request: ProfileRequest, job_dir: Path) -> None:
+        self.job = job
+        self.req = request
+        self.job_dir = job_dir
+        self.events = EventWriter(job_dir / EVENTS_FILE)
+        self.backend: Backend = get_backend(job.backend)
+        self.settings = JobSettings.of_request(request)
+        self._rng = random.Random(secrets.randbits(64))
+        self._private = Path(tempfile.mkdtemp(prefix="nspy-contestant-"))
+        self.arena = Arena(Path(tempfile.mkdtemp(prefix="nspy-slots-")))
+        self.phase_seconds: dict[str, float] = {}
+        self.judge_s = 0.0
+        self.ref: Callable[..., Any] | None = None
+        self.maker: Callable[..., Any] | None = None
+        self.loaded: list[str] = []
+        self.device: str | None = None
+        self._proc: ContestantProcess | None = None
+        self._chan: Channel | None = None
+        self._wrapped: Wrapped | None = None
+        self._suspects: set[str] = set()
+
+    # -- start -----------------------------------------------------------------------------
+    def start_contestant(self) -> None:
+        source = None
+        if self.job.source_file:
+            source = self._private / "inline_source.py"
+            shutil.copyfile(self.job.source_file, source)
+        sock = self._private / "judge.sock"
+        cjob = ContestantJob(
+            annotations=self.req.annotations,
+            workdir=self.job.workdir,
+            source_file=str(source) if source else None,
+            socket_path=str(sock),
+            child_timer=self.backend.child_timer,
+            check_mutation=self.req.check.enabled and self.req.check.check_mutation,
+            check_aliasing=self.req.check.enabled and self.req.check.check_aliasing,
+        )
+        (self._private / CONTESTANT_JOB_FILE).write_text(cjob.model_dump_json())
+        self._chan = Channel(sock)
+        argv = [sys.executable, "-P", "-m", "nsight_core.contestant", str(self._private)]
+        self._wrapped = self.backend.wrap(argv, self.settings, self.job_dir)
+        self._proc = ContestantProcess(
+            self._wrapped.argv, self._private, self.job_dir, self.req.time_limit_s
+        )
+
+    def load_trusted(self) -> WorkerExit | None:
+        preload_frameworks()
+        source = Path(self.job.source_file) if self.job.source_file else None
+        workdir = Path(self.job.workdir)
+        for role, spec in (("reference", self.req.reference), ("inputs", self.req.inputs)):
+            try:
+                fn = load_callable(spec, workdir=workdir, source_file=source)
+            except Exception as exc:
+                ev = failure_event(spec, "import", exc)
+                self.events.emit(ev)
+                if ev.error_class == ErrorClass.COMPILE_ERROR:
+                    return WorkerExit.COMPILE_FAILED
+                return WorkerExit.IMPORT_FAILED
+            if role == "reference":
+                self.ref = fn
+            else:
+                self.maker = fn
+        return None
+
+    def hello(self) -> None:
+        assert self._chan is not None and self._proc is not None
+        self._chan.accept(self._proc.alive, time.monotonic() + START_TIMEOUT_S)
+        msg = self._read()
+        if not isinstance(msg, HelloMsg):
+            raise ValueError("the contestant's first message was not its hello")
+        for f in msg.failures:
+            self.events.emit(f)
+        self.loaded = [a for a in self.req.annotations if a in msg.loaded]
+        for what in msg.integrity:
+            self._suspect(None, f"candidate code rebound {what}", what)
+        for what in msg.shadowed:
+            self._suspect(None, f"{what}; the harness imported the real one first", "")
+
+    def _suspect(self, annotation: str | None, reason: str, what: str) -> None:
+        if reason in self._suspects:
+            return
+        self._suspects.add(reason)
+        in_process = what.startswith(IN_PROCESS_PREFIXES) if what else False
+        self.events.emit(
+            SuspectEvent(annotation=annotation, reason=reason, in_process_only=in_process)
+        )
+
+    def _read(self) -> HelloMsg | ReplyMsg:
+        assert self._chan is not None and self._proc is not None
+        line = self._chan.recv_line(self._proc.alive)
+        return _REPLY.validate_json(line)
+
+    # -- one call ----------------------------------------------------------------------------
+    def make_inputs(self, config: dict[str, Any]) -> Inputs:
+        assert self.maker is not None
+        seed_all(self._rng.getrandbits(63))
+        made = self.maker(**config)
+        if isinstance(made, dict):
+            return (), dict(made)
+        if isinstance(made, tuple):
+            return made, {}
+        return (made,), {}
+
+    def call(
+        self,
+        ann: str,
+        cid: int,
+        run: int | None,
+        inputs: Inputs,
+        expected: Any,
+    ) -> tuple[ReplyMsg, Any]:
+        """Send one call; the reply and the rebuilt output (None when it failed)."""
+        assert self._chan is not None and self._proc is not None
+        t0 = time.perf_counter()
+        new: list[SlotSpec] = []
+        node = self.arena.encode_inputs(inputs, f"c{cid}", new)
+        check = self.req.check.enabled
+        out_slots = self.arena.output_slots(expected, f"c{cid}", new) if check else []
+        sync_all()
+        nonce = secrets.token_hex(8)
+        msg = CallMsg(
+            nonce=nonce,
+            annotation=ann,
+            config_id=cid,
+            run=run,
+            new_slots=new,
+            inputs=node,
+            out_slots=out_slots,
+            want_output=check,
+        )
+        self.judge_s += time.perf_counter() - t0
+        self._chan.send(msg.model_dump_json().encode())
+        while True:
+            reply = self._read()
+            if isinstance(reply, ReplyMsg) and reply.nonce == nonce:
+                break
+            self._suspect(
+                ann,
+                "the contestant sent a message nobody asked for (a forged or replayed "
+                "report); in-process numbers of this job are not trustworthy",
+                "nsight_core.protocol",
+            )
+        if reply.device:
+            self.device = reply.device
+        for what in reply.integrity:
+            self._suspect(None, f"candidate code rebound {what} (seen after {ann!r})", what)
+        if not reply.ok or reply.output is None:
+            return reply, None
+        t1 = time.perf_counter()
+        try:
+            actual = self.arena.decode_output(reply.output, set(out_slots))
+        except ValueError as exc:
+            actual = _Undecodable(str(exc))
+        sync_all()
+        self.judge_s += time.perf_counter() - t1
+        return reply, actual
+
+    # -- one config ----------------------------------------------------------------------
+    def run_config(self, cid: int, config: dict[str, Any], done: list[int], total: int) -> bool:
+        """All calls of one config; False when the reference itself failed on it."""
+        st = _ConfigState(cid, config, [a for a in self.req.annotations if a in self.loaded])
+        spec = self.req.check
+        untimed = max(self.req.warmup, spec.seeds if spec.enabled else 0, 1)
+        try:
+            with self.phase("check"):
+                for _ in range(untimed):
+                    for ann in st.anns:
+                        if ann in st.alive:
+                            self._one(st, ann, None)
+                    done[0] += 1
+                    self.events.emit(
+                        ProgressEvent(phase="check", config_id=cid, done=done[0], total=total)
+                    )
+            with self.phase("profile"):
+                for run in range(self.req.runs):
+                    for ann in [a for a in st.anns if a in st.alive]:
+                        self._one(st, ann, run)
+                        done[0] += 1
+                        self.events.emit(
+                            ProgressEvent(
+                                phase="profile",
+                                annotation=ann,
+                                config_id=cid,
+                                run=run,
+                                done=done[0],
+                                total=total,
+                            )
+                        )
+        except _ReferenceFailed as exc:
+            self.events.emit(exc.failure)
+            return False
+        finally:
+            self._report_config(st)
+        return True
+
+    def _expect(self, st: _ConfigState, inputs: Inputs) -> Any:
+        """The reference's output on a copy of ``inputs`` (None when checks are off)."""
+        spec = self.req.check
+        if not spec.enabled:
+            return None
+        assert self.ref is not None
+        t0 = time.perf_counter()
+        args, kwargs = clone_args(inputs)
+        out = self.ref(*args, **kwargs)
+        sync_all()
+        if not st.bound_known:
+            st.bound = trivial_bound(out, inputs, spec.atol, spec.rtol)
+            st.bound_known = True
+        self.judge_s += time.perf_counter() - t0
+        return out
+
+    def _one(self, st: _ConfigState, ann: str, run: int | None) -> None:
+        """One call of ``ann``: fresh inputs, the call, its verdict, its timed events."""
+        try:
+            inputs = self.make_inputs(st.config)
+            expected = self._expect(st, inputs)
+        except Exception as exc:
+            failure = failure_event(self.req.reference, "check", exc, config_id=st.cid)
+            raise _ReferenceFailed(failure) from exc
+        reply, actual = self.call(ann, st.cid, run, inputs, expected)
+        if not reply.ok:
+            failure = reply.failure or FailureEvent(
+                annotation=ann,
+                phase="profile" if run is not None else "check",
+                error_class=ErrorClass.RUNTIME_ERROR,
+                message="the call failed without a report",
+            )
+            if run is None:
+                st.errors[ann] = failure.model_copy(update={"phase": "check", "config_id": st.cid})
+                st.alive.discard(ann)
+            else:
+                st.pending[ann] += [
+                    RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=False),
+                    failure,
+                ]
+            return
+        if self.req.check.enabled:
+            tally = st.tallies[ann]
+            self._judge(tally, expected, reply, actual, st.bound)
+            if run is None and self.req.check.check_determinism and tally.calls == 1:
+                self._check_determinism(st, ann, inputs, expected, actual)
+            if not tally.passed:
+                st.alive.discard(ann)
+                return
+        if run is not None:
+            st.pending[ann].append(RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=True))
+            if reply.ns is not None:
+                st.pending[ann].append(
+                    SampleEvent(
+                        annotation=ann,
+                        config_id=st.cid,
+                        run=run,
+                        metric=EVENTS_METRIC,
+                        value=reply.ns,
+                        unit="ns",
+                    )
+                )
+
+    def _check_determinism(
+        self, st: _ConfigState, ann: str, inputs: Inputs, expected: Any, first: Any
+    ) -> None:
+        """Call ``ann`` again on the same inputs; the two outputs must agree exactly."""
+        tally = st.tallies[ann]
+        if not tally.passed:
+            return
+        reply, again = self.call(ann, st.cid, None, inputs, expected)
+        t0 = time.perf_counter()
+        if not reply.ok or not same_result(first, again).passed:
+            tally.fail("nondeterministic: two calls on the same inputs differ")
+        self.judge_s += time.perf_counter() - t0
+
+    def _judge(
+        self, tally: Tally, expected: Any, reply: ReplyMsg, actual: Any, bound: TrivialBound | None
+    ) -> None:
+        for reason in reply.reasons:
+            tally.fail(reason)
+        assert reply.output is not None
+        mismatch = type_mismatch(expected, reply.output)
+        if mismatch is not None:
+            tally.calls += 1
+            tally.fail(f"output mismatch: {mismatch}")
+            return
+        if isinstance(actual, _Undecodable):
+            tally.calls += 1
+            tally.fail(f"output mismatch: {actual.why}")
+            return
+        spec = self.req.check
+        judge_output(tally, expected, actual, atol=spec.atol, rtol=spec.rtol, bound=bound)
+
+    def _report_config(self, st: _ConfigState) -> None:
+        check = self.req.check.enabled
+        for ann in st.anns:
+            t, err = st.tallies[ann], st.errors.get(ann)
+            passed = err is None and t.passed
+            if ann == self.req.reference:
+                if err is not None:
+                    self.events.emit(err)
+                elif check and not t.passed:
+                    self._suspect(
+                        None,
+                        "the reference, called in the contestant's process, disagreed with "
+                        f"itself run by the judge ({'; '.join(t.reasons)}): candidate code "
+                        "changed what the reference computes",
+                        "",
+                    )
+            elif check or err is not None:
+                if err is not None:
+                    self.events.emit(err)
+                self.events.emit(self._check_event(st.cid, ann, t, err))
+            if passed or ann == self.req.reference:
+                for ev in st.pending[ann]:
+                    self.events.emit(ev)
+
+    def _check_event(self, cid: int, ann: str, t: Tally, err: FailureEvent | None) -> CheckEvent:
+        passed = err is None and t.passed
+        reasons = sorted(set(t.reasons))
+        if passed:
+            error_class, message = None, None
+        elif err is not None:
+            error_class, message = err.error_class, err.message
+        else:
+            error_class, message = ErrorClass.INCORRECT, "; ".join(reasons)
+        return CheckEvent(
+            annotation=ann,
+            config_id=cid,
+            passed=passed,
+            seeds=t.calls,
+            max_abs_error=t.max_abs if err is None else None,
+            max_rel_error=t.max_rel if err is None else None,
+            mismatch_count=t.mismatches if err is None else None,
+            first_bad_index=t.first_bad_index,
+            reasons=reasons,
+            error_class=error_class,
+            message=message,
+        )
+
+    # -- the whole job ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: Phase) -> Any:
+        t0 = time.monotonic()
+        self.events.emit(PhaseEvent(phase=name, state="start", t=t0))
+        try:
+            yield
+        finally:
+            t1 = time.monotonic()
+            self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + (t1 - t0)
+            self.events.emit(PhaseEvent(phase=name, state="end", t=t1))
+
+    def run(self) -> int:
+        self.start_contestant()
+        try:
+            return self._run()
+        finally:
+            self._finish()
+
+    def _run(self) -> int:
+        with self.phase("import"):
+            code = self.load_trusted()
+            if code is not None:
+                return int(code)
+            self.hello()
+        configs = self.req.configs
+        untimed = max(self.req.warmup, self.req.check.seeds if self.req.check.enabled else 0, 1)
+        total = len(configs) * (untimed + self.req.runs * len(self.loaded))
+        done = [0]
+        ref_ok = False
+        for cid, config in enumerate(configs):
+            ref_ok |= self.run_config(cid, config, done, total)
+        if configs and not ref_ok:
+            return int(WorkerExit.REFERENCE_FAILED)
+        return int(WorkerExit.OK)
+
+    def _finish(self) -> None:
+        proc, chan = self._proc, self._chan
+        if chan is not None:
+            with contextlib.suppress(OSError, AssertionError):
+                chan.send(ExitMsg().model_dump_json().encode())
+        outcome = proc.wait(timeout=30.0) if proc is not None else None
+        if chan is not None:
+            chan.close()
+        self.arena.close()
+        shutil.rmtree(self._private, ignore_errors=True)
+        if outcome is not None and self._wrapped is not None:
+            err = self.backend.classify_end(outcome, self._wrapped, self.settings)
+            cls = err.error_class if err else outcome.error_class
+            self.events.emit(
+                EndEvent(
+                    error_class=cls,
+                    message=err.message if err else outcome.message,
+                    hint=err.hint if err else outcome.hint,
+                    exit_code=outcome.exit_code,
+                    signal=outcome.signal_name,
+                    command=self._wrapped.argv,
+                    tool_version=self._wrapped.tool_version,
+                    wall_s=round(outcome.wall_s, 3),
+                )
+            )
+        self.phase_seconds["judge"] = round(self.judge_s, 4)
+        self.events.emit(DoneEvent(phase_seconds=self.phase_seconds, device=self.device))
+        self.events.close()
+
+
+@dataclass(frozen=True)
+class _Undecodable:
+    why: str
+
+
+class _ReferenceFailed(Exception):
+    def __init__(self, failure: FailureEvent) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m nsight_core.judge JOB_DIR\n")
+        return int(WorkerExit.BAD_JOB)
+    job_dir = Path(argv[1]).resolve()
+    try:
+        job = WorkerJob.model_validate_json((job_dir / JOB_FILE).read_text())
+    except (OSError, ValidationError) as exc:
+        sys.stderr.write(f"nsight_core.judge: bad job file: {exc}\n")
+        return int(WorkerExit.BAD_JOB)
+    if job.request is None:
+        return int(WorkerExit.BAD_JOB)
+    judge = Judge(job, job.request, job_dir)
+    try:
+        return judge.run()
+    except Exception as exc:
+        with EventWriter(job_dir / EVENTS_FILE) as events:
+            events.emit(failure_event("<judge>", "profile", exc))
+        return int(WorkerExit.INTERNAL)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

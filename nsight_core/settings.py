@@ -1,0 +1,44 @@
+"""The settings of one job, in one object: what every stage after the request needs.
+
+A profile request and an `@kernel` call both become a `JobSettings`; the pipeline, the
+backends and row building take it instead of repeating eight keyword arguments each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nsight_core.request import KernelsSpec, ProfileRequest
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How a job measures: backend, metrics, ncu's knobs, runs and its time limit."""
+
+    backend: str
+    metrics: tuple[str, ...]
+    cache_control: str = "all"
+    clock_control: str = "none"
+    kernels: KernelsSpec = field(default_factory=KernelsSpec)
+    runs: int = 5
+    warmup: int = 1
+    time_limit_s: float = 600.0
+    check_enabled: bool = True
+
+    @property
+    def replay_mode(self) -> str:
+        return self.kernels.replay_mode
+
+    @classmethod
+    def of_request(cls, request: ProfileRequest) -> JobSettings:
+        return cls(
+            backend=request.backend,
+            metrics=tuple(request.metrics),
+            cache_control=request.cache_control,
+            clock_control=request.clock_control,
+            kernels=request.kernels,
+            runs=request.runs,
+            warmup=request.warmup,
+            time_limit_s=request.time_limit_s,
+            check_enabled=request.check.enabled,
+        )
