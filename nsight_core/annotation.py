@@ -54,6 +54,11 @@ def set_run_context(ctx: RunContext | None) -> None:
         _active.clear()
 
 
+def current_run_context() -> RunContext | None:
+    """What the loop is doing now; the thermal guard reads it to act before profiled runs."""
+    return _global_ctx
+
+
 class annotate:  # Nsight Python's lower-case name: a context manager and a decorator
     """Mark a region as one profiled call named `name`."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import sysconfig
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,11 @@ def _derive(
     derive: Callable[..., Any],
     bound: Sequence[Bound],
 ) -> RunValues:
-    """Add derived metrics, computed per run from that run's values (Nsight Python's rule)."""
+    """Add derived metrics, computed per run from that run's values (Nsight Python's rule).
+
+    The measured metrics keep their rows; a derived value without a unit warns once per name.
+    """
+    unitless: set[str] = set()
     extra: dict[tuple[RunKey, str], RunValue] = {}
     names: list[str] = []
     base_name = getattr(derive, "__name__", "derived")
@@ -68,6 +73,14 @@ def _derive(
             value, unit = item if isinstance(item, tuple) else (item, "")
             if name not in names:
                 names.append(str(name))
+            if value is not None and not unit and str(name) not in unitless:
+                unitless.add(str(name))
+                warnings.warn(
+                    f"Derived metric {str(name)!r} does not have a unit specified: return "
+                    "(value, unit) to give it one; its Unit stays empty.",
+                    UserWarning,
+                    stacklevel=2,
+                )
             kernels = cells[0].kernels if cells and cells[0] is not None else ()
             extra[(key, str(name))] = RunValue(
                 key, str(name), None if value is None else float(value), unit, kernels, (), *err

@@ -89,6 +89,21 @@ class Row(_Model):
     RawValues: list[float | None] = Field(
         default_factory=list, description="Per-run values by run index; null marks a failed run."
     )
+    ThermalGuard: str | None = Field(
+        None,
+        description="@kernel thermal guard before this config's runs: off | unavailable | ok | "
+        "waited | budget_spent | timed_out (the worst seen); null when no guard ran.",
+    )
+    ThermalWaitS: float | None = Field(
+        None, description="Seconds the thermal guard waited before this config's runs."
+    )
+    GpuTempC: float | None = Field(
+        None, description="Highest GPU temperature (C) the thermal guard read before the runs."
+    )
+    ThrottleReasons: list[str] = Field(
+        default_factory=list,
+        description="NVML clock-event reasons the thermal guard saw before the runs.",
+    )
 
 
 class Comparison(_Model):

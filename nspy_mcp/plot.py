@@ -3,7 +3,9 @@
 It reads a stored result (the same store the server writes) and draws, per metric, one
 group of bars per config and one bar per candidate; the whiskers are the paired-run 95 %
 interval, the line at 1.0 is the reference, and a hatched bar is one whose interval
-includes 1.0 (not resolvable: noise). matplotlib is the optional extra 'plot'.
+includes 1.0 (not resolvable: noise). Candidates without a speedup (failed, incorrect, no
+valid pairs) are listed under the chart with the reason. matplotlib is the optional extra
+'plot'.
 """
 
 from __future__ import annotations
@@ -22,8 +24,38 @@ def _label(params: dict[str, Any]) -> str:
     return "\n".join(f"{k}={v}" for k, v in params.items()) or "config"
 
 
+_METRIC_TITLES = {
+    "events__time_duration": "time per call",
+    "gpu__time_duration.sum": "GPU time per call",
+    "gpu__time_duration": "GPU time per call",
+}
+
+
+def metric_title(metric: str, backend: str | None) -> str:
+    """A panel title for people: 'time per call (events backend)', not the raw metric name."""
+    what = _METRIC_TITLES.get(metric, metric)
+    return f"{what} ({backend} backend)" if backend else what
+
+
+def _not_drawn(comp: Comparison) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in comp.Params.items()) or f"config {comp.ConfigId}"
+    why = "; ".join(comp.Reasons) or "no valid run pairs"
+    return f"{comp.Annotation} @ {params}: {why}"
+
+
 def draw_speedups(result: ProfileResult, output: Path) -> Path:
     """Write the speedup chart of `result` to `output` (PNG); needs matplotlib."""
+    import matplotlib.pyplot as plt
+
+    fig = speedup_figure(result)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return output
+
+
+def speedup_figure(result: ProfileResult) -> Any:
+    """The speedup chart as a matplotlib Figure (the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,9 +63,12 @@ def draw_speedups(result: ProfileResult, output: Path) -> Path:
     from matplotlib.patches import Patch
 
     by_metric: dict[str, list[Comparison]] = defaultdict(list)
+    missing: list[str] = []
     for comp in result.comparisons:
         if comp.Speedup is not None:
             by_metric[comp.Metric].append(comp)
+        else:
+            missing.append(_not_drawn(comp))
     if not by_metric:
         raise ValueError(
             f"result {result.result_id} has no speedups to plot "
@@ -66,16 +101,20 @@ def draw_speedups(result: ProfileResult, output: Path) -> Path:
         ax.set_xticks(range(len(configs)), [_label(params[cid]) for cid in configs])
         baseline = comps[0].Baseline
         ax.set_ylabel(f"speedup over {baseline}")
-        ax.set_title(f"{metric} ({result.provenance.backend if result.provenance else '?'})")
+        ax.set_title(metric_title(metric, result.provenance.backend if result.provenance else None))
         # Plain patches: a legend copied from a hatched first bar would suggest all are.
         handles = [Patch(color=f"C{i}", label=cand) for i, cand in enumerate(candidates)]
         ax.legend(handles=handles, fontsize="small")
     fig.suptitle(f"{result.result_id}: hatched = CI includes 1.0 (not resolvable)")
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, format="png", dpi=120)
-    plt.close(fig)
-    return output
+    if missing:
+        # A failed candidate has no bar; say so, or its absence reads as "not requested".
+        shown = missing[:8] + ([f"and {len(missing) - 8} more"] if len(missing) > 8 else [])
+        fig.text(
+            0.01, 0.0, "not drawn (no speedup):\n" + "\n".join(shown),
+            fontsize="x-small", ha="left", va="top",
+        )  # fmt: skip
+    return fig
 
 
 def run_plot(result_id: str, *, output: str | None, store: str | None) -> int:

@@ -1,0 +1,141 @@
+"""Run Nsight Python's own tests against nsight_core, as a compatibility yardstick.
+
+    python tools/nsight_python_tests.py PATH [PATH ...] [-k EXPR] [--timeout-s S] [-v]
+
+PATH is a test directory or file of a checkout of NVIDIA/nsight-python that you fetched
+yourself (its files are not part of this repository). The tests import ``nsight``; this
+tool writes a tiny ``nsight`` package into a temporary directory that makes ``nsight`` and
+every ``nsight.<module>`` the very same module objects as ``nsight_core`` and
+``nsight_core.<module>``, puts it first on PYTHONPATH (so the workers that run the
+decorated functions see it too), runs pytest from a scratch directory and prints pass,
+fail, error and skip counts per file, then each failing test with the first line of its
+message. docs/compat.md says which failures are deliberate differences, and why.
+
+Exit status: 0 when pytest ran (whatever the outcomes), 2 when it could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SHIM = '''"""nsight -> nsight_core, written by tools/nsight_python_tests.py (not Nsight Python)."""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+import nsight_core
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolve nsight.X to the already imported nsight_core.X: one module, two names."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith("nsight."):
+            return None
+        real = "nsight_core." + fullname[len("nsight."):]
+        if real not in sys.modules and importlib.util.find_spec(real) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        module = importlib.import_module("nsight_core." + spec.name[len("nsight."):])
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self._spec  # keep the module's own spec
+
+
+sys.meta_path.insert(0, _Alias())
+sys.modules[__name__] = nsight_core
+'''
+
+
+def _write_shim(where: Path) -> Path:
+    pkg = where / "nsight"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(SHIM)
+    return where
+
+
+def _outcomes(junit: Path) -> list[tuple[str, str, str, str]]:
+    """(file, test, outcome, first line of the message) for every test case."""
+    out = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        file = case.get("file") or (case.get("classname") or "").replace(".", "/") + ".py"
+        name = case.get("name") or "?"
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
+                text = child.get("message") or child.text or ""
+                message = text.strip().splitlines()[0][:200] if text.strip() else ""
+                break
+        out.append((Path(file).name, name, outcome, message))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="Nsight Python test dirs or files")
+    parser.add_argument("-k", dest="expr", help="pytest -k expression")
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="wall limit for pytest")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list every test")
+    args = parser.parse_args(argv)
+    paths = [p.resolve() for p in args.paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        sys.stderr.write(f"not found: {', '.join(missing)}\n")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="nsight-shim-") as tmp:
+        shim = _write_shim(Path(tmp) / "shim")
+        scratch = Path(tmp) / "run"
+        scratch.mkdir()
+        junit = Path(tmp) / "junit.xml"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(shim), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
+               f"--junitxml={junit}", "--rootdir", str(scratch), *map(str, paths)]  # fmt: skip
+        if args.expr:
+            cmd += ["-k", args.expr]
+        try:
+            proc = subprocess.run(
+                cmd, cwd=scratch, env=env, timeout=args.timeout_s, capture_output=True, text=True
+            )
+        except subprocess.TimeoutExpired:
+            sys.stderr.write(f"pytest ran past {args.timeout_s:g} s\n")
+            return 2
+        if not junit.exists():
+            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+            return 2
+        rows = _outcomes(junit)
+    by_file: dict[str, Counter[str]] = defaultdict(Counter)
+    for file, _, outcome, _ in rows:
+        by_file[file][outcome] += 1
+    total: Counter[str] = Counter(o for _, _, o, _ in rows)
+    kinds = ("passed", "failed", "error", "skipped")
+    print(f"{'file':40} " + " ".join(f"{k:>7}" for k in kinds))
+    for file in sorted(by_file):
+        print(f"{file:40} " + " ".join(f"{by_file[file][k]:>7}" for k in kinds))
+    print(f"{'TOTAL':40} " + " ".join(f"{total[k]:>7}" for k in kinds))
+    for file, name, outcome, message in rows:
+        if args.verbose or outcome in ("failed", "error"):
+            print(f"{outcome:7} {file}::{name}  {message}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
