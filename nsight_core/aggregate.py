@@ -336,8 +336,8 @@ def _trust(
     noisy = stats.rsd is not None and stats.rsd >= STABLE_RSD_PCT
     if noisy:
         reasons.append(
-            f"RelativeStdDevPct {stats.rsd:.2f} % >= {STABLE_RSD_PCT} %: more runs or a "
-            "quieter GPU needed"
+            f"RelativeStdDevPct {stats.rsd:.2f} % >= {STABLE_RSD_PCT} %: interval widened; "
+            "add runs to tighten it (comparisons that still resolve stand)"
         )
     if suspicious:
         return "suspicious", reasons

@@ -1,12 +1,17 @@
 """ProfileRequest: what an agent asks `profile_candidates` to do, validated before anything runs.
 
 Every model forbids unknown fields, so a typo (`run` for `runs`) is named in the error instead
-of being silently dropped. Field descriptions are the documentation an agent reads in the
+of being silently dropped. Numbers and booleans are strict: `runs: "5"` or `enabled: "yes"`
+is refused rather than coerced, since a quoted value usually means the caller mixed
+something up. `configs` has depth and size limits, so a runaway config is refused by name
+instead of reaching JSON parsers with recursion limits. Field descriptions are the documentation an agent reads in the
 tool's JSON Schema; keep them short and concrete.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import Annotated, Any, Literal, get_args
 
@@ -28,6 +33,12 @@ CLOCK_CONTROLS: tuple[ClockControl, ...] = get_args(ClockControl)
 ReplayMode = Literal["kernel", "range"]
 REPLAY_MODES: tuple[ReplayMode, ...] = get_args(ReplayMode)
 
+MAX_CONFIG_DEPTH = 16
+"""Deepest nesting allowed inside one config (a config dict itself is depth 1). Configs are
+keyword arguments for `inputs`; real ones are flat or a level or two deep."""
+MAX_CONFIGS_BYTES = 256 * 1024
+"""Largest `configs` allowed, as compact JSON. Big data belongs in `inputs`, not configs."""
+
 DEFAULT_METRIC = "gpu__time_duration.sum"
 """Nsight Python's default metric: GPU time of one kernel, ns."""
 
@@ -39,22 +50,36 @@ def parse_callable_spec(spec: str) -> tuple[str | None, str | None, str]:
         where, _, name = spec.rpartition(":")
         if not name or not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", name):
             raise ValueError(
-                f"{spec!r}: the part after ':' must be a Python name, e.g. 'ref.py:softmax'"
+                f"{spec!r}: the part after ':' must be a Python name; write e.g. 'ref.py:softmax'"
             )
         if where.endswith(".py"):
             return where, None, name
         if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", where):
             return None, where, name
         raise ValueError(
-            f"{spec!r}: before ':' give a file ending in .py or a dotted module name "
-            "(e.g. 'kernels/v2.py:softmax' or 'mypkg.kernels:softmax')"
+            f"{spec!r}: before ':' must be a file ending in .py or a dotted module name; "
+            "write e.g. 'kernels/v2.py:softmax' or 'mypkg.kernels:softmax'"
         )
     if re.fullmatch(r"[A-Za-z_]\w*", spec):
         return None, None, spec
     raise ValueError(
-        f"{spec!r} is not a callable spec: use 'file.py:name', 'package.module:name', "
+        f"{spec!r} is not a callable spec; use 'file.py:name', 'package.module:name', "
         "or a bare 'name' defined in `source`"
     )
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of JSON-like data (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((x, level + 1) for x in item.values())
+            deepest = max(deepest, level + 1)
+        elif isinstance(item, list | tuple):
+            stack.extend((x, level + 1) for x in item)
+            deepest = max(deepest, level + 1)
+    return deepest
 
 
 CallableSpec = Annotated[
@@ -79,22 +104,36 @@ class CheckSpec(_Strict):
 
     enabled: bool = Field(
         True,
+        strict=True,
         description="Check correctness before timing. Turning it off marks every row suspicious.",
     )
-    seeds: int = Field(3, ge=1, le=20, description="Fresh seeded inputs per config for the check.")
+    seeds: int = Field(
+        3, ge=1, le=20, strict=True, description="Fresh seeded inputs per config for the check."
+    )
     atol: float | None = Field(
-        None, ge=0, description="Absolute tolerance; default by dtype (see docs/correctness.md)."
+        None,
+        ge=0,
+        strict=True,
+        description="Absolute tolerance; default by dtype (see docs/correctness.md).",
     )
     rtol: float | None = Field(
-        None, ge=0, description="Relative tolerance; default by dtype (see docs/correctness.md)."
+        None,
+        ge=0,
+        strict=True,
+        description="Relative tolerance; default by dtype (see docs/correctness.md).",
     )
-    check_mutation: bool = Field(True, description="Fail a candidate that writes to its inputs.")
+    check_mutation: bool = Field(
+        True, strict=True, description="Fail a candidate that writes to its inputs."
+    )
     check_aliasing: bool = Field(
         True,
+        strict=True,
         description="Fail a candidate whose output is (a view of) an input or the reference's output.",
     )
     check_determinism: bool = Field(
-        True, description="Call each candidate twice on the same inputs; fail if results differ."
+        True,
+        strict=True,
+        description="Call each candidate twice on the same inputs; fail if results differ.",
     )
 
 
@@ -159,10 +198,18 @@ class ProfileRequest(_Strict):
         description="ncu metric names, validated before anything runs (see validate_metrics).",
     )
     runs: int = Field(
-        5, ge=1, le=1000, description="Profiled runs per candidate and config (>= 3 for a CI)."
+        5,
+        ge=1,
+        le=1000,
+        strict=True,
+        description="Profiled runs per candidate and config (>= 3 for a CI).",
     )
     warmup: int = Field(
-        1, ge=0, le=100, description="Unprofiled calls per candidate and config before runs."
+        1,
+        ge=0,
+        le=100,
+        strict=True,
+        description="Unprofiled calls per candidate and config before runs.",
     )
     backend: Backend = Field(
         "ncu",
@@ -183,17 +230,23 @@ class ProfileRequest(_Strict):
     )
     workdir: str | None = Field(
         None,
-        description="Directory that relative file paths and imports resolve against (default: cwd).",
+        max_length=4096,
+        description=(
+            "Absolute directory that relative file paths and imports resolve against "
+            "(default: the server's current directory)."
+        ),
     )
     time_limit_s: float = Field(
         600.0,
         gt=0,
+        strict=True,
         le=7200,
         description="Wall-clock limit for the whole job; the job is killed after it.",
     )
     wait_s: float = Field(
         60.0,
         ge=0,
+        strict=True,
         le=3600,
         description="How long the call waits before answering status 'running'.",
     )
@@ -202,6 +255,36 @@ class ProfileRequest(_Strict):
     @classmethod
     def _spec_ok(cls, v: str) -> str:
         parse_callable_spec(v)
+        return v
+
+    @field_validator("configs")
+    @classmethod
+    def _configs_ok(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, config in enumerate(v):
+            depth = _depth(config)
+            if depth > MAX_CONFIG_DEPTH:
+                raise ValueError(
+                    f"configs[{i}] nests {depth} levels deep, over the limit of "
+                    f"{MAX_CONFIG_DEPTH}; keep configs flat (they are keyword arguments for "
+                    "`inputs`, e.g. {'rows': 4096}) and build nested data inside `inputs`"
+                )
+        size = len(json.dumps(v, separators=(",", ":"), default=str))
+        if size > MAX_CONFIGS_BYTES:
+            raise ValueError(
+                f"configs is {size} bytes as JSON, over the limit of {MAX_CONFIGS_BYTES}; "
+                "pass sizes and options in configs and build the data inside `inputs`"
+            )
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_ok(cls, v: str | None) -> str | None:
+        if v is not None and not os.path.isabs(v):
+            raise ValueError(
+                f"workdir {v!r} is relative, but it must be an absolute path (the server's "
+                f"current directory is {os.getcwd()!r}, which may not be yours); pass the "
+                "absolute path of the directory that holds your files"
+            )
         return v
 
     @field_validator("candidates")
@@ -221,7 +304,10 @@ class ProfileRequest(_Strict):
             raise ValueError("metrics must be distinct; remove the duplicates")
         for m in stripped:
             if not re.fullmatch(r"[A-Za-z0-9_.]+", m):
-                raise ValueError(f"metric {m!r} has characters ncu metric names never have")
+                raise ValueError(
+                    f"metric {m!r} has characters ncu metric names never have; check it with "
+                    "validate_metrics"
+                )
         return stripped
 
     @model_validator(mode="after")
@@ -241,7 +327,9 @@ class ProfileRequest(_Strict):
                 f"[{DEFAULT_METRIC!r}] or use backend 'ncu'"
             )
         if self.backend != "ncu" and self.kernels.replay_mode != "kernel":
-            raise ValueError("replay_mode 'range' needs backend 'ncu'")
+            raise ValueError(
+                "replay_mode 'range' needs backend 'ncu'; use backend 'ncu' or replay_mode 'kernel'"
+            )
         return self
 
     @property

@@ -97,12 +97,50 @@ def shape_result(
     )
 
 
+def _sentence(text: str) -> str:
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def verdict_text(result: ProfileResult) -> str:
+    """What to act on: resolvable comparisons; what noisy rows change: wider intervals.
+
+    One story everywhere (this message, the prompt, the server instructions, AGENTS.md):
+    a Resolvable comparison is the verdict; a 'noisy' row is usable but widens the
+    interval, so fewer comparisons resolve and more runs tighten it; 'suspicious' and
+    'failed' rows are not acted on.
+    """
+    parts: list[str] = []
+    speedups = [c for c in result.comparisons if c.Speedup is not None]
+    if speedups:
+        resolvable = [c for c in speedups if c.Resolvable]
+        parts.append(
+            f"{len(resolvable)} of {len(speedups)} comparison(s) are Resolvable (the speedup's "
+            "95 % interval excludes 1.0): act on those; the others are within noise"
+        )
+    noisy = sum(1 for r in result.rows if r.Trust == "noisy")
+    if noisy:
+        more = min(1000, 2 * max(r.RequestedRuns for r in result.rows))
+        parts.append(
+            f"{noisy} noisy row(s): usable, but their spread widens the intervals so fewer "
+            f"comparisons resolve; add runs (e.g. runs={more}) to tighten them"
+        )
+    doubtful = sum(1 for r in result.rows if r.Trust in ("suspicious", "failed"))
+    if doubtful:
+        parts.append(
+            f"{doubtful} suspicious/failed row(s): do not act on them; their Reasons say why"
+        )
+    return " ".join(_sentence(p[0].upper() + p[1:]) for p in parts)
+
+
 def with_next_step(result: ProfileResult) -> ProfileResult:
-    """A finished result's message, plus how to get the raw per-run values left out."""
+    """A finished result's message, what to act on, and how to get the raw values left out."""
     if result.status in ("queued", "running") or not result.rows:
         return result
-    hint = f" Raw per-run values: read_results(result_id='{result.result_id}', detail='full')."
-    return result.model_copy(update={"message": (result.message or result.status) + hint})
+    verdict = verdict_text(result)
+    hint = f"Raw per-run values: read_results(result_id='{result.result_id}', detail='full')."
+    message = " ".join(p for p in (_sentence(result.message or result.status), verdict, hint) if p)
+    return result.model_copy(update={"message": message})
 
 
 def result_answer(
@@ -122,9 +160,12 @@ def result_answer(
         for k, v in (("annotation", annotation), ("config_id", config_id), ("metric", metric))
         if v is not None
     ]
-    message = f"result {result.result_id} is {result.status}: {result.message}"
+    message = _sentence(f"result {result.result_id} is {result.status}: {result.message}")
     if result.rows:
-        message += f" Showing {len(shaped.rows)} of {len(result.rows)} rows"
+        verdict = verdict_text(shaped)
+        if verdict:
+            message += f" {verdict}"
+        message += f" Showing {len(shaped.rows)} of {len(result.rows)} row(s)"
         message += f" ({', '.join(narrowed)})." if narrowed else "."
         if not full:
             message += " detail='full' adds raw per-run values."

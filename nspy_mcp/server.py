@@ -10,6 +10,7 @@ process over stdio and HTTP); the store lives with the server, so results outliv
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import logging
 import sys
@@ -23,8 +24,8 @@ from typing import Annotated, Any, Literal
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import Field
 
 from nsight_core.catalog import MetricsValidation
@@ -54,7 +55,8 @@ from nspy_mcp.jobs import DeviceLocks, JobQueue, ProgressSink
 from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
-from nspy_mcp.tool_errors import corrupt_error, reject_unknown_arguments, tool_error
+from nspy_mcp.tool_errors import agent_text, corrupt_error, reject_unknown_arguments, tool_error
+from nspy_mcp.wire import run_stdio
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,11 @@ pass with NVIDIA Nsight Compute, in a fresh time-limited process per job. Loop:
 2. validate_metrics before any ncu run with non-default metrics.
 3. profile_candidates with reference, candidates, inputs, configs; correctness is checked
    before timing, and a candidate that fails is not timed.
-4. read_results with the result_id (it survives restarts); act only on rows with Trust 'ok'
-   and on comparisons that are Resolvable; a null value always comes with ErrorClass/Error.
+4. read_results with the result_id (it survives restarts; cancel=true stops a job). Act on
+   comparisons that are Resolvable (the speedup's 95 % interval excludes 1.0): that is the
+   verdict. A 'noisy' row (spread >= 2 %) is still usable: its interval is wider, so fewer
+   speedups resolve; add runs to tighten it. Do not act on 'suspicious' or 'failed' rows;
+   read their Reasons. A null value always comes with ErrorClass/Error.
 5. Change one candidate, profile again, compare.
 Never change GPU clocks, power, MIG or driver settings; report permission errors instead.
 """
@@ -77,6 +82,11 @@ READ_ONLY = ToolAnnotations(
 PROFILING = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
+CANCELLING = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+"""read_results: reads, and with cancel=true stops a job this agent started; no user data is
+touched, and cancelling twice is the same as once."""
 
 
 @dataclass
@@ -108,14 +118,19 @@ async def check_environment(
     deep: Annotated[
         bool,
         Field(
+            strict=True,
             description=(
                 "Also run a real one-kernel ncu test of counter access (takes seconds). "
                 "Use it when counter permission is unclear."
-            )
+            ),
         ),
     ] = False,
     refresh: Annotated[
-        bool, Field(description="Ignore the cached probe (after installing or changing things).")
+        bool,
+        Field(
+            strict=True,
+            description="Ignore the cached probe (after installing or changing things).",
+        ),
     ] = False,
 ) -> EnvironmentReport:
     """Call this once per session, before profiling: what profiling can do on this machine.
@@ -214,7 +229,7 @@ async def read_results(
         ),
     ] = None,
     config_id: Annotated[
-        int | None, Field(ge=0, description="Only this config (index into `configs`).")
+        int | None, Field(ge=0, strict=True, description="Only this config (index into `configs`).")
     ] = None,
     metric: Annotated[str | None, Field(max_length=256, description="Only this metric.")] = None,
     status: Annotated[
@@ -235,7 +250,9 @@ async def read_results(
         Literal["compact", "full"],
         Field(description="'full' adds raw per-run values (RawValues) and whole tracebacks."),
     ] = "compact",
-    limit: Annotated[int, Field(ge=1, le=100, description="Listing only: page size.")] = 20,
+    limit: Annotated[
+        int, Field(ge=1, le=100, strict=True, description="Listing only: page size.")
+    ] = 20,
     cursor: Annotated[
         str | None,
         Field(
@@ -248,9 +265,20 @@ async def read_results(
         Field(
             ge=0,
             le=3600,
+            strict=True,
             description="With result_id of a queued/running job: wait up to this long for it.",
         ),
     ] = 0.0,
+    cancel: Annotated[
+        bool,
+        Field(
+            strict=True,
+            description=(
+                "With result_id of a queued/running job of this server: stop it (its process "
+                "group is killed) and record it 'cancelled'; answers the final result."
+            ),
+        ),
+    ] = False,
 ) -> ReadResultsAnswer:
     """Read stored results; they survive server restarts.
 
@@ -260,12 +288,19 @@ async def read_results(
     raw per-run values and whole tracebacks. For a queued or running job, `wait_s` waits
     for it (with progress). Without `result_id`: a page of past results, newest first,
     filtered by annotation, config_id, metric, status and since/until; pass the answer's
-    `next_cursor` as `cursor` for the next page.
+    `next_cursor` as `cursor` for the next page. `cancel=true` with a `result_id` stops a
+    queued or running job (its whole process group is killed) and answers its result,
+    recorded as 'cancelled'.
     """
     state = _state(ctx)
     full = detail == "full"
     try:
         if result_id is None:
+            if cancel:
+                raise ToolError(
+                    "invalid_request: cancel needs the result_id of the job to stop. To fix: "
+                    "pass result_id=... (list results without cancel to find it)"
+                )
             return listing(
                 state.store,
                 ResultFilter(
@@ -291,7 +326,11 @@ async def read_results(
                 f"invalid_request: {given} apply to listings only; drop them, or drop result_id "
                 "to list results"
             )
-        result = await _one_result(state, validate_result_id(result_id), wait_s, ctx)
+        checked_id = validate_result_id(result_id)
+        if cancel:
+            result = await _cancel(state, checked_id)
+        else:
+            result = await _one_result(state, checked_id, wait_s, ctx)
     except NsightCoreError as err:
         raise tool_error(err) from err
     except CorruptResultError as err:
@@ -310,7 +349,49 @@ async def _one_result(
     return await anyio.to_thread.run_sync(state.store.load, result_id)
 
 
+async def _cancel(state: AppState, result_id: str) -> ProfileResult:
+    job = state.jobs.get(result_id)
+    if job is not None:
+        return await state.jobs.cancel_and_wait(job, "cancelled by read_results(cancel=true)")
+    result = await anyio.to_thread.run_sync(state.store.load, result_id)
+    if result.status in ("queued", "running"):
+        raise ToolError(
+            f"invalid_request: job {result_id} is {result.status} in another nspy-mcp server "
+            "process; only that server can cancel it. To fix: cancel it through that server, "
+            "or stop that server (its jobs are then recorded as cancelled)"
+        )
+    message = f"nothing to cancel: it had already ended ({result.status}). {result.message}"
+    return result.model_copy(update={"message": message})
+
+
 # -- the server ----------------------------------------------------------------------------
+
+
+class _Server(MCPServer[AppState]):
+    """MCPServer whose tool errors all read as nspy-mcp's: class first, field, fix.
+
+    The SDK prefixes every tool error with "Error executing tool <name>: " and passes
+    pydantic's raw dump through for schema errors; here both become `agent_text`.
+    """
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[AppState, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError):
+                log.error("tool %r raised an unexpected exception", name, exc_info=exc.__cause__)
+            tool = self._tool_manager.get_tool(name)
+            schema = tool.parameters if tool is not None else None
+            raise ToolError(agent_text(name, exc, schema)) from exc
+
+
+def _add_tool(
+    server: MCPServer[AppState], fn: Any, title: str, annotations: ToolAnnotations
+) -> None:
+    # Dedented: the docstring's indentation would otherwise reach the agent as-is.
+    server.tool(title=title, description=inspect.cleandoc(fn.__doc__), annotations=annotations)(fn)
 
 
 def build_server(
@@ -331,7 +412,7 @@ def build_server(
             finally:
                 jobs.shutdown()
 
-    server: MCPServer[AppState] = MCPServer(
+    server: MCPServer[AppState] = _Server(
         "nspy-mcp",
         title="nspy-mcp: check and profile GPU kernels",
         version=__version__,
@@ -340,12 +421,11 @@ def build_server(
         log_level="WARNING",
     )
     server.middleware.append(reject_unknown_arguments(server))
-    server.tool(title="Check the profiling environment", annotations=READ_ONLY)(check_environment)
-    server.tool(title="Validate ncu metric names", annotations=READ_ONLY)(validate_metrics)
-    server.tool(title="Check and profile kernel candidates", annotations=PROFILING)(
-        profile_candidates
-    )
-    server.tool(title="Read stored results", annotations=READ_ONLY)(read_results)
+    _add_tool(server, check_environment, "Check the profiling environment", READ_ONLY)
+    _add_tool(server, validate_metrics, "Validate ncu metric names", READ_ONLY)
+    _add_tool(server, profile_candidates, "Check and profile kernel candidates", PROFILING)
+    # read_results can cancel a job (cancel=true), so it is not read-only.
+    _add_tool(server, read_results, "Read stored results (or cancel a job)", CANCELLING)
     register_resources(server, result_store)
     register_prompt(server)
     return server
@@ -374,5 +454,5 @@ def serve(*, http: bool, host: str, port: int, store: str | None) -> int:
     if http:
         server.run("streamable-http", host=host, port=port)
     else:
-        server.run()
+        run_stdio(server)
     return 0

@@ -220,7 +220,8 @@ async def test_unknown_arguments_are_rejected_naming_them(mode: str, tmp_path: P
         nested = await client.call_tool("profile_candidates", {"request": softmax_request(run=3)})
         env = await client.call_tool("check_environment", {"deeep": True})
     assert "resultid" in error_text(top) and "'result_id'" in error_text(top)
-    assert "run" in error_text(nested) and "Extra inputs are not permitted" in error_text(nested)
+    assert "request.run is not a known field" in error_text(nested)
+    assert "did you mean 'runs'" in error_text(nested)
     assert "deeep" in error_text(env)
 
 
