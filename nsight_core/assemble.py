@@ -264,6 +264,55 @@ def finish_result(
     )
 
 
+def no_candidate_passed(request: ProfileRequest, result: ProfileResult) -> ProfileResult:
+    """A 'done' result in which no candidate was timed, recorded plainly as 'failed'.
+
+    A candidate passed if it has at least one row with a value; one that failed to import
+    or failed its check has none. The reference's rows stay, the message says it first.
+    """
+    if result.status != "done" or not request.candidates:
+        return result
+    timed = {r.Annotation for r in result.rows if r.AvgValue is not None}
+    if any(c in timed for c in request.candidates):
+        return result
+    why = []
+    for cand in request.candidates:
+        failed = [f for f in result.failures if f.Annotation == cand]
+        checks = [c for c in result.correctness if c.Annotation == cand and not c.Passed]
+        if failed:
+            why.append(f"{cand!r} {failed[0].ErrorClass}: {failed[0].Error}")
+        elif checks:
+            cls = checks[0].ErrorClass or ErrorClass.INCORRECT
+            why.append(f"{cand!r} {cls} (see correctness)")
+        else:
+            why.append(f"{cand!r} was not timed")
+    noun = "the only candidate" if len(request.candidates) == 1 else "none of the candidates"
+    message = (
+        f"no candidate passed: {noun} got through import and the correctness check, so "
+        f"nothing was compared; {'; '.join(why)}. Only the reference was timed. To fix: "
+        "fix the candidates (see failures and correctness) and profile again"
+    )
+    error = result.error or _first_candidate_failure(request, result)
+    return result.model_copy(update={"status": "failed", "message": message, "error": error})
+
+
+def _first_candidate_failure(request: ProfileRequest, result: ProfileResult) -> Failure | None:
+    for f in result.failures:
+        if f.Annotation in request.candidates:
+            return f
+    for c in result.correctness:
+        if c.Annotation in request.candidates and not c.Passed:
+            return Failure(
+                Annotation=c.Annotation,
+                ConfigId=c.ConfigId,
+                Phase="check",
+                ErrorClass=c.ErrorClass or ErrorClass.INCORRECT,
+                Error=c.Error or "; ".join(c.Reasons) or "output differs from the reference",
+                Hint="see this candidate's correctness entries",
+            )
+    return None
+
+
 def assemble_result(
     request: ProfileRequest, run: WorkerRun, *, result_id: str, created_at: str
 ) -> ProfileResult:
@@ -300,7 +349,7 @@ def assemble_result(
             + (f" ({error.Hint})" if error.Hint else "")
             + (f"; {message}" if rows else "")
         )
-    return finish_result(
+    result = finish_result(
         run,
         settings,
         result_id=result_id,
@@ -314,3 +363,4 @@ def assemble_result(
         comparisons=comparisons,
         correctness=correctness,
     )
+    return no_candidate_passed(request, result)
