@@ -9,8 +9,8 @@ Who raises what:
 - catalog.py / validate_metrics: ``invalid_metric``
 - probe.py / collectors: ``no_gpu``, ``permission_denied``, ``profiler_error``
 - sandbox.py (the only place that reads exit codes, signals and time limits):
-  ``timeout``, ``crashed``, ``cancelled`` and, through the worker's exit codes,
-  ``import_error``, ``compile_error``, ``runtime_error``
+  ``timeout``, ``crashed``, ``cancelled``, ``out_of_memory`` and, through the worker's exit
+  codes, ``import_error``, ``compile_error``, ``runtime_error``
 - worker.py (inside the child, reported as events): ``import_error``, ``compile_error``,
   ``runtime_error``, ``incorrect`` per candidate
 - extract.py: ``kernel_count_mismatch``, ``no_kernels``, ``profiler_error``
@@ -52,6 +52,8 @@ class ErrorClass(StrEnum):
     """The backend needs a GPU and none is visible."""
     CANCELLED = "cancelled"
     """The caller cancelled the job; its process group was killed."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """The job's resident memory passed its limit (or CUDA ran out of device memory)."""
 
 
 class NsightCoreError(Exception):

@@ -50,7 +50,7 @@ from nsight_core.ncu_install import (
     query_ncu_version,
     version_tuple,
 )
-from nsight_core.sandbox import run_command
+from nsight_core.sandbox import run_command, sandbox_mechanisms
 
 CACHE_TTL_S = 300.0
 """Five minutes: long enough for an agent's burst of calls, short enough to see a new GPU job."""
@@ -143,6 +143,37 @@ class BackendStatus(_Model):
     reason: str = Field(description="Why it works, or what is missing.")
 
 
+class SandboxStatus(_Model):
+    """Which process controls jobs run under here (docs/sandbox.md)."""
+
+    parent_death: str = Field(description="How a job dies with the server.")
+    descendants: str = Field(
+        description="How processes that left the job's group (setsid) are found at its end."
+    )
+    memory_limit_bytes: int = Field(description="Default resident-memory limit of a job; 0: none.")
+    memory_limit_source: str = Field(
+        description="Where the limit comes from (NSPY_MCP_JOB_MEMORY)."
+    )
+    landlock_abi: int = Field(
+        description="Landlock ABI of the kernel; 0: no file system allow-list possible."
+    )
+    server_protected: bool = Field(
+        description="Whether this process's /proc environ is closed to same-user processes."
+    )
+
+
+def _sandbox_status() -> SandboxStatus:
+    m = sandbox_mechanisms()
+    return SandboxStatus(
+        parent_death=m.parent_death,
+        descendants=m.descendants,
+        memory_limit_bytes=m.memory_limit_bytes,
+        memory_limit_source=m.memory_limit_source,
+        landlock_abi=m.landlock_abi,
+        server_protected=m.this_process_protected,
+    )
+
+
 class EnvironmentReport(_Model):
     host: str
     platform: str = Field(description="OS and machine, e.g. 'Linux-6.8-x86_64'.")
@@ -167,6 +198,9 @@ class EnvironmentReport(_Model):
     frameworks: list[FrameworkStatus]
     backends: list[BackendStatus]
     remediation: list[str] = Field(description="What to do about each problem found.")
+    sandbox: SandboxStatus | None = Field(
+        None, description="Process controls in force for jobs (always set by a fresh probe)."
+    )
 
     def backend(self, name: str) -> BackendStatus:
         """The status of one backend."""
@@ -704,7 +738,12 @@ def probe_environment(*, deep: bool = False, refresh: bool = False) -> Environme
     """Probe (or recall) what profiling can do here. ``deep`` adds a real one-kernel ncu run."""
     now = time.time()
     if not refresh and (hit := _cached(deep, now)) is not None:
-        return hit
+        # Cheap and process-specific (memory limit, protection): never taken from a cache.
+        sandbox = _sandbox_status()
+        if hit.sandbox == sandbox:
+            return hit
+        _memory_cache[cache_key(deep)] = fresh = hit.model_copy(update={"sandbox": sandbox})
+        return fresh
     gpus, driver, cuda, gpu_source, gpu_error = _probe_gpus()
     found = discover_ncu()
     ncu = _probe_ncu(found)
@@ -761,6 +800,7 @@ def probe_environment(*, deep: bool = False, refresh: bool = False) -> Environme
         frameworks=frameworks,
         backends=backends,
         remediation=fixes,
+        sandbox=_sandbox_status(),
     )
     key = cache_key(deep)
     _memory_cache[key] = report

@@ -9,8 +9,18 @@ Contract of `run_sandboxed`:
 - The child gets its own session and process group (``start_new_session``); every signal
   goes to the whole group (``killpg``), so grandchildren such as ncu's target die too.
   The group leader is not reaped until the group has been sent SIGKILL, so its id cannot
-  be recycled under us. A grandchild that calls ``setsid()`` itself escapes; nothing here
-  claims otherwise.
+  be recycled under us.
+- The child dies with its parent: ``PR_SET_PDEATHSIG`` (SIGKILL when the forking thread
+  ends) and a pipe whose read end it inherits (``NSPY_SANDBOX_PARENT_FD``); a Python child
+  calls `watch_parent_pipe` to kill its whole group when the pipe reports end-of-file.
+- Descendants that leave the group (``setsid``) are found too: the leader is a child
+  subreaper (orphans in its tree stay its descendants), and every process carries the job's
+  id in ``NSPY_SANDBOX_JOBS``; at the end `/proc` is walked (group, session, parent links,
+  job id) and everything found gets SIGKILL until a walk finds none alive.
+- Resident memory: the RSS summed over the job's processes is polled; past
+  ``limits.memory_bytes`` (default half the RAM, ``NSPY_MCP_JOB_MEMORY``) the job ends as
+  ``out_of_memory`` with the peak.
+- Optional file system allow-list (``fs_access``): Landlock, applied before ``exec``.
 - stdin is ``/dev/null``. stdout and stderr are read through pipes into a capped head and
   a capped tail; the bytes in between are counted, never stored, so 10 MB of output costs
   only the caps. When ``output_dir`` is given each stream is saved there, capped the same way.
@@ -26,7 +36,8 @@ Contract of `run_sandboxed`:
   at once. ``poll`` is called at the same pace so the caller can tail progress files.
 - When `run_sandboxed` returns, the whole group has been sent SIGKILL and the leader reaped,
   also when ``poll`` raises or the caller is interrupted.
-- The outcome's `ErrorClass` is decided here and nowhere else: cancelled, then timeout
+- The outcome's `ErrorClass` is decided here and nowhere else: cancelled, then
+  out_of_memory, then timeout
   (with the last output lines), then a signal (crashed, with its name), then the exit
   code through ``exit_classes`` (the worker's `WORKER_EXIT_CLASS` by default); any other
   non-zero code is crashed, with the stderr tail.
@@ -35,14 +46,20 @@ Contract of `run_sandboxed`:
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fnmatch
 import functools
 import os
 import resource
+import secrets
 import selectors
 import shutil
 import signal
+import site
+import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -103,6 +120,28 @@ ENV_DENY_PATTERNS = (
 KILL_GRACE_S = 5.0
 """Seconds between SIGTERM and SIGKILL at the time limit: long enough for ncu to flush."""
 
+JOB_MARKER_ENV = "NSPY_SANDBOX_JOBS"
+"""Ids of the sandboxed jobs a process belongs to, outermost first, space-separated.
+
+Inherited by every descendant (nested sandboxes append to it), so a process that left the
+group with ``setsid`` and lost its parent is still found by reading ``/proc/<pid>/environ``.
+"""
+PARENT_FD_ENV = "NSPY_SANDBOX_PARENT_FD"
+"""The child's descriptor of a pipe whose write end only the sandboxing parent holds."""
+MEMORY_ENV = "NSPY_MCP_JOB_MEMORY"
+"""Resident-memory limit of a job: bytes, ``8G``/``512M``, ``40%`` of RAM, or ``0``/``off``."""
+DEFAULT_MEMORY_SHARE = 0.5
+"""Default limit as a share of physical RAM: one runaway job cannot push the host into swap."""
+
+_PR_SET_PDEATHSIG = 1
+_PR_GET_DUMPABLE = 3
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+
+_KILL_ROUNDS_S = 3.0
+"""How long the end-of-job walk keeps killing until no member of the job is alive."""
+
 _DRAIN_S = 1.0
 """After the group is killed, how long to keep reading pipes that a stray holder keeps open."""
 
@@ -124,13 +163,18 @@ class SandboxLimits:
     file_size_bytes: int = 8 * 1024**3
     """RLIMIT_FSIZE: largest file the job may write (ncu reports of long sweeps are big)."""
     poll_interval_s: float = 0.1
-    """How often cancel is checked and ``poll`` is called."""
+    """How often cancel and resident memory are checked and ``poll`` is called."""
+    memory_bytes: int | None = None
+    """Resident memory summed over the job's processes; None: `default_memory_limit()`,
+    0: no limit."""
 
     def __post_init__(self) -> None:
         if self.wall_s <= 0 or self.kill_grace_s < 0 or self.poll_interval_s <= 0:
             raise ValueError("SandboxLimits: wall_s and poll_interval_s > 0, kill_grace_s >= 0")
         if self.head_bytes < 0 or self.tail_bytes < 0 or self.file_size_bytes <= 0:
             raise ValueError("SandboxLimits: byte caps must be non-negative")
+        if self.memory_bytes is not None and self.memory_bytes < 0:
+            raise ValueError("SandboxLimits: memory_bytes must be None, 0 or positive")
 
 
 @dataclass(frozen=True)
@@ -178,6 +222,14 @@ class SandboxOutcome:
     """The private directory (HOME, TMPDIR); still on disk only when ``keep_tmp``."""
     output_files: dict[str, Path] = field(default_factory=dict)
     """'stdout' / 'stderr' -> the capped copy saved in ``output_dir``."""
+    out_of_memory: bool = False
+    """True when the job was killed for passing its resident-memory limit."""
+    peak_rss_bytes: int = 0
+    """Largest resident memory seen, summed over the job's processes at one poll."""
+    memory_limit_bytes: int = 0
+    """The limit that applied (0: none)."""
+    strays_killed: int = 0
+    """Processes outside the leader's group (``setsid``) found and killed at the end."""
 
     def to_error(self) -> NsightCoreError | None:
         """The failure as an exception, or None when the process ended well."""
@@ -240,17 +292,519 @@ def build_env(
     return env
 
 
+# --------------------------------------------------------------------------------------
+# Process control through prctl (Linux); every helper degrades to "not in force" elsewhere.
+# --------------------------------------------------------------------------------------
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    ulong = ctypes.c_ulong
+    libc.prctl.argtypes = [ctypes.c_int, ulong, ulong, ulong, ulong]
+    libc.prctl.restype = ctypes.c_int
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+_LIBC = _load_libc()
+
+
+def _prctl(option: int, arg: int = 0) -> int:
+    """prctl(option, arg, 0, 0, 0); -1 when unavailable. Safe between fork and exec."""
+    if _LIBC is None:
+        return -1
+    return int(_LIBC.prctl(option, arg, 0, 0, 0))
+
+
+def _limit_child(fsize: tuple[int, int], parent_pid: int, landlock_fd: int) -> None:
+    # Runs in the child between fork and exec, possibly forked from a threaded server:
+    # only system calls on precomputed values (no imports, no locks).
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
+    if _LIBC is None:
+        return
+    # SIGKILL when the thread that forked us ends; it may already have, before this call.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+    # Orphans of our tree (a double fork with setsid) are re-parented to us, not to init,
+    # so they stay visible as our descendants while we live. Survives exec.
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    if landlock_fd >= 0:
+        _landlock_enforce(landlock_fd)
+
+
+def watch_parent_pipe() -> bool:
+    """In a sandboxed Python child: die with the whole job once the sandboxing parent is gone.
+
+    Forks a small watcher into this process's group that blocks on the pipe named by
+    ``NSPY_SANDBOX_PARENT_FD``; at end-of-file (the parent process died, whatever the
+    signal) it SIGKILLs the job's processes outside the group (by job id), then the group,
+    itself included. A watcher process, not a thread: ``PR_SET_PDEATHSIG`` kills this
+    process at the same moment, and a thread would die with it before the group is reached.
+    Returns False when this process was not started by `run_sandboxed`. Call it early,
+    before candidate code runs and before threads are started.
+    """
+    raw = os.environ.get(PARENT_FD_ENV, "")
+    if not raw.isdigit():
+        return False
+    fd = int(raw)
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    os.set_inheritable(fd, False)
+    token = os.environ.get(JOB_MARKER_ENV, "").split()[-1:]
+    if os.fork() != 0:
+        return True
+    try:  # the watcher: no threads, only system calls until it kills the group
+        while True:
+            try:
+                if not os.read(fd, 1):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        if token:
+            _kill_pids(_marked(token[0].encode(), _proc_table(), _self_and_ancestors()))
+        _signal_group(os.getpgid(0), signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def protect_this_process() -> bool:
+    """Make this process non-dumpable: its ``/proc/<pid>/environ``, ``mem`` and ``maps``
+    become unreadable to other processes of the same non-root user (a candidate walking
+    ``/proc`` up from its parent), and it cannot be ptraced by them. Root still can.
+
+    For the server at start-up. Children get the default back at ``exec``. Returns True when
+    in force.
+    """
+    if _prctl(_PR_SET_DUMPABLE, 0) != 0:
+        return False
+    return _prctl(_PR_GET_DUMPABLE) == 0
+
+
+# --------------------------------------------------------------------------------------
+# Finding a job's processes in /proc
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Proc:
+    ppid: int
+    pgid: int
+    sid: int
+    zombie: bool
+    rss_pages: int
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _proc_table() -> dict[int, _Proc]:
+    """Every process now: parent, group, session, zombie or not, resident pages."""
+    table: dict[int, _Proc] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+            fields = raw[raw.rfind(b")") + 2 :].split()
+            table[int(name)] = _Proc(
+                ppid=int(fields[1]),
+                pgid=int(fields[2]),
+                sid=int(fields[3]),
+                zombie=fields[0] in (b"Z", b"X"),
+                rss_pages=int(fields[21]),
+            )
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def _job_members(leader: int, table: Mapping[int, _Proc]) -> set[int]:
+    """The leader, its group and session, and every descendant of those by parent links."""
+    members = {pid for pid, p in table.items() if leader in (pid, p.pgid, p.sid) and pid != 0}
+    children: dict[int, list[int]] = {}
+    for pid, p in table.items():
+        children.setdefault(p.ppid, []).append(pid)
+    stack = list(members)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in members:
+                members.add(child)
+                stack.append(child)
+    return members
+
+
+def _marked(token: bytes, table: Mapping[int, _Proc], skip: set[int]) -> set[int]:
+    """Live processes whose environment names job ``token`` in ``NSPY_SANDBOX_JOBS``."""
+    prefix = JOB_MARKER_ENV.encode() + b"="
+    found: set[int] = set()
+    for pid, p in table.items():
+        if pid in skip or p.zombie:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        for entry in data.split(b"\0"):
+            if entry.startswith(prefix) and token in entry[len(prefix) :].split():
+                found.add(pid)
+    return found
+
+
+def _self_and_ancestors(table: Mapping[int, _Proc] | None = None) -> set[int]:
+    """This process and its ancestors: never killed by a walk, whatever they carry."""
+    table = _proc_table() if table is None else table
+    out = {0, 1, os.getpid()}
+    pid = os.getpid()
+    while pid in table and table[pid].ppid not in out:
+        pid = table[pid].ppid
+        out.add(pid)
+    return out
+
+
+def _kill_pids(pids: set[int], sig: signal.Signals = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _kill_job(leader: int, token: bytes) -> int:
+    """SIGKILL the whole job, found first and frozen; the number of strays outside its group.
+
+    Members are stopped (SIGSTOP) walk after walk until a walk finds no new one: a stopped
+    process can neither fork nor exit, so parent links hold and nothing is born unseen. Then
+    all get SIGKILL, until a walk finds none alive. The leader is still unreaped, so its
+    pid, group and session ids are still the job's. Killed processes re-parented to us (we
+    are a subreaper when nested) are reaped.
+    """
+    protected = _self_and_ancestors()
+    stopped: set[int] = set()
+    strays: set[int] = set()
+    end = time.monotonic() + _KILL_ROUNDS_S
+    sig = signal.SIGSTOP
+    while True:
+        table = _proc_table()
+        members = (_job_members(leader, table) | _marked(token, table, protected)) - protected
+        live = {pid for pid in members if not table[pid].zombie}
+        strays |= {pid for pid in live if table[pid].pgid != leader}
+        if sig == signal.SIGSTOP:
+            live -= stopped
+            if not live:
+                sig = signal.SIGKILL
+                continue
+            stopped |= live
+        elif not live or time.monotonic() > end:
+            break
+        _signal_group(leader, sig)
+        _kill_pids(live, sig)
+        if time.monotonic() > end:
+            sig = signal.SIGKILL
+        time.sleep(0.002 if sig == signal.SIGSTOP else 0.01)
+    me = os.getpid()
+    for pid in stopped - {leader}:
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z" and int(fields[1]) == me:
+                os.waitpid(pid, os.WNOHANG)
+    return len(strays)
+
+
+def _job_rss(leader: int) -> int:
+    """Resident bytes summed over the job's processes (shared pages count once per process)."""
+    table = _proc_table()
+    members = _job_members(leader, table) - _self_and_ancestors(table)
+    return sum(table[pid].rss_pages for pid in members if not table[pid].zombie) * _PAGE
+
+
+# --------------------------------------------------------------------------------------
+# Memory limit
+# --------------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def physical_memory_bytes() -> int:
+    """Physical RAM of the host; 0 when unknown."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def parse_memory(text: str, ram: int | None = None) -> int:
+    """``8G``, ``512MiB``, ``123456``, ``40%`` (of RAM), ``0``/``off`` (no limit) -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    if t in ("0", "OFF", "NONE", "NO"):
+        return 0
+    try:
+        if t.endswith("%"):
+            share = float(t[:-1]) / 100
+            if not 0 < share <= 1:
+                raise ValueError
+            return int((physical_memory_bytes() if ram is None else ram) * share)
+        unit = t[-1:] if t[-1:] in _UNITS and not t[-1:].isdigit() else ""
+        value = float(t[: len(t) - len(unit)])
+        if value < 0:
+            raise ValueError
+        return int(value * _UNITS[unit])
+    except ValueError:
+        raise NsightCoreError(
+            ErrorClass.INVALID_REQUEST,
+            f"{MEMORY_ENV}={text!r} is not a memory size",
+            "write bytes, 8G, 512M, a share of RAM like 40%, or 0 for no limit",
+        ) from None
+
+
+def default_memory_limit() -> int:
+    """The job limit when none is given: ``NSPY_MCP_JOB_MEMORY``, else half the RAM (0: none)."""
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if raw:
+        return parse_memory(raw)
+    return int(physical_memory_bytes() * DEFAULT_MEMORY_SHARE)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+# --------------------------------------------------------------------------------------
+# Landlock: an optional file system allow-list, no root needed (Linux >= 5.13)
+# --------------------------------------------------------------------------------------
+
+_SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LL_VERSION = 1
+_LL_RULE_PATH_BENEATH = 1
+_LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE, _LL_READ_DIR = 1, 2, 4, 8
+_LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14
+_LL_READ = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
+_LL_FILE_ONLY = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE
+_LL_SCOPE_SIGNAL = 2
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+SYSTEM_READ_DIRS = (
+    "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/run",
+)  # fmt: skip
+"""Read (and execute) in `default_fs_access`: programs, libraries, configuration, CUDA."""
+SYSTEM_WRITE_DIRS = ("/dev",)
+"""Written in `default_fs_access`: /dev/null, /dev/shm, the GPU device files (opened O_RDWR)."""
+CACHE_DIR_VARS = ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR")
+"""Cache directories the server's environment may name; `default_fs_access` makes them
+writable so JIT caches keep working."""
+
+
+@dataclass(frozen=True)
+class FsAccess:
+    """A Landlock allow-list: outside these trees the process can open nothing."""
+
+    read: tuple[Path, ...]
+    """Read, list and execute beneath each path."""
+    write: tuple[Path, ...] = ()
+    """Everything (create, write, remove, rename) beneath each path."""
+    scope_signals: bool = True
+    """Also forbid signalling processes outside the sandbox (Landlock ABI >= 6)."""
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when Landlock is missing or disabled."""
+    if _LIBC is None:
+        return 0
+    v = int(_LIBC.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
+                          ctypes.c_uint32(_LL_VERSION)))  # fmt: skip
+    return max(v, 0)
+
+
+def default_fs_access(
+    workdir: Path, *, read: Sequence[Path] = (), write: Sequence[Path] = ()
+) -> FsAccess:
+    """System directories and the Python installation (prefixes, site-packages, sys.path,
+    PYTHONPATH) read-only, ``workdir`` read-only, /dev and the named JIT caches writable.
+
+    `run_sandboxed` adds the job's private directory (HOME, TMPDIR) as writable.
+    """
+    py: set[str] = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    py.add(os.path.dirname(os.path.realpath(sys.executable)))
+    py.update(site.getsitepackages())
+    py.add(site.getusersitepackages())
+    py.update(p for p in sys.path if os.path.isabs(p))
+    py.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p))
+    caches = [os.environ[v] for v in CACHE_DIR_VARS if os.environ.get(v)]
+    reads = [Path(p) for p in (*SYSTEM_READ_DIRS, *sorted(py))]
+    writes = [Path(p) for p in (*SYSTEM_WRITE_DIRS, *caches)]
+    return FsAccess(read=(*reads, Path(workdir), *read), write=(*writes, *write))
+
+
+def _landlock_check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def _landlock_ruleset(access: FsAccess) -> int:
+    """A ruleset descriptor for ``access``; paths that do not exist grant nothing."""
+    abi = landlock_abi()
+    if abi < 1 or _LIBC is None:
+        raise OSError(errno.ENOSYS, "Landlock is not available (Linux >= 5.13, lsm=landlock)")
+    handled = (1 << 13) - 1 | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
+    scoped = _LL_SCOPE_SIGNAL if access.scope_signals and abi >= 6 else 0
+    attr = _RulesetAttr(handled, 0, scoped)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    fd = _landlock_check(
+        int(
+            _LIBC.syscall(
+                ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+                ctypes.byref(attr),
+                ctypes.c_size_t(size),
+                ctypes.c_uint32(0),
+            )
+        ),
+        "landlock_create_ruleset",
+    )
+    try:
+        rules = [(p, _LL_READ) for p in access.read] + [(p, handled) for p in access.write]
+        for path, rights in rules:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if not stat.S_ISDIR(os.fstat(pfd).st_mode):
+                    rights &= _LL_FILE_ONLY
+                rule = _PathBeneath(rights & handled, pfd)
+                _landlock_check(
+                    int(
+                        _LIBC.syscall(
+                            ctypes.c_long(_SYS_LANDLOCK_ADD_RULE),
+                            ctypes.c_int(fd),
+                            ctypes.c_int(_LL_RULE_PATH_BENEATH),
+                            ctypes.byref(rule),
+                            ctypes.c_uint32(0),
+                        )
+                    ),
+                    f"landlock_add_rule {path}",
+                )
+            finally:
+                os.close(pfd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _landlock_enforce(ruleset_fd: int) -> None:
+    """Restrict the calling thread (and what it later forks or execs) to the ruleset."""
+    assert _LIBC is not None
+    _landlock_check(_prctl(_PR_SET_NO_NEW_PRIVS, 1), "PR_SET_NO_NEW_PRIVS")
+    _landlock_check(
+        int(
+            _LIBC.syscall(
+                ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF),
+                ctypes.c_int(ruleset_fd),
+                ctypes.c_uint32(0),
+            )
+        ),
+        "landlock_restrict_self",
+    )
+
+
+def restrict_this_process(access: FsAccess) -> None:
+    """Apply ``access`` to this process, for a child that restricts itself (e.g. the
+    contestant, after ncu has started it). Landlock binds the calling thread only, so call it
+    while it is the only thread. Raises OSError when Landlock is unavailable."""
+    if threading.active_count() != 1:
+        raise RuntimeError("restrict_this_process: call it before any thread is started")
+    fd = _landlock_ruleset(access)
+    try:
+        _landlock_enforce(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------
+# What is in force here (for the environment report)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxMechanisms:
+    """Which process controls `run_sandboxed` uses on this host."""
+
+    parent_death: str
+    """How a child dies with its parent."""
+    descendants: str
+    """How descendants that left the group are found at a job's end."""
+    memory_limit_bytes: int
+    """The default job limit (0: none)."""
+    memory_limit_source: str
+    """Where the limit comes from, or why it could not be read."""
+    landlock_abi: int
+    """Landlock ABI of the kernel (0: no file system allow-list possible)."""
+    this_process_protected: bool
+    """Whether this process is non-dumpable (`protect_this_process`)."""
+
+
+def sandbox_mechanisms() -> SandboxMechanisms:
+    """What `run_sandboxed` does on this host; never raises."""
+    linux = _LIBC is not None
+    try:
+        limit = default_memory_limit()
+        raw = os.environ.get(MEMORY_ENV, "").strip()
+        source = f"{MEMORY_ENV}={raw}" if raw else f"{DEFAULT_MEMORY_SHARE:.0%} of RAM"
+    except NsightCoreError as exc:
+        limit, source = int(physical_memory_bytes() * DEFAULT_MEMORY_SHARE), str(exc)
+    return SandboxMechanisms(
+        parent_death="PR_SET_PDEATHSIG + parent pipe" if linux else "parent pipe",
+        descendants=(
+            "subreaper + /proc walk (group, session, parent links, job id)"
+            if linux
+            else "process group only"
+        ),
+        memory_limit_bytes=limit,
+        memory_limit_source=source,
+        landlock_abi=landlock_abi(),
+        this_process_protected=linux and _prctl(_PR_GET_DUMPABLE) == 0,
+    )
+
+
 def _fsize_limit(file_size_bytes: int) -> tuple[int, int]:
     _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     soft = file_size_bytes if hard == resource.RLIM_INFINITY else min(file_size_bytes, hard)
     return soft, hard
-
-
-def _limit_child(fsize: tuple[int, int]) -> None:
-    # Runs in the child between fork and exec, possibly forked from a threaded server:
-    # keep it to two system calls on precomputed values (no imports, no locks).
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -309,6 +863,10 @@ class _Pipes:
 class _End:
     timed_out: bool = False
     cancelled: bool = False
+    out_of_memory: bool = False
+    peak_rss: int = 0
+    memory_limit: int = 0
+    strays_killed: int = 0
 
 
 def _supervise(
@@ -318,9 +876,9 @@ def _supervise(
     cancel: threading.Event | None,
     poll: Callable[[], None] | None,
     start: float,
+    end: _End,
 ) -> _End:
-    """Pump output until the leader exits, the limit passes, or cancel is set."""
-    end = _End()
+    """Pump output until the leader exits, a limit passes, or cancel is set."""
     deadline = start + limits.wall_s
     term_at: float | None = None
     next_poll = start + limits.poll_interval_s
@@ -334,6 +892,11 @@ def _supervise(
         if cancel is not None and cancel.is_set():
             end.cancelled = True
             return end
+        if end.memory_limit and now >= next_poll:
+            end.peak_rss = max(end.peak_rss, rss := _job_rss(proc.pid))
+            if rss > end.memory_limit:
+                end.out_of_memory = True
+                return end
         if term_at is None and now >= deadline:
             end.timed_out = True
             term_at = now
@@ -367,12 +930,15 @@ def run_sandboxed(
     keep_tmp: bool = False,
     exit_classes: Mapping[int, ErrorClass | None] | None = None,
     pass_fds: Sequence[int] = (),
+    fs_access: FsAccess | None = None,
 ) -> SandboxOutcome:
     """Run ``argv`` to its end under the contract of this module; never raises for the child.
 
     ``env`` holds extras on top of the allowlisted environment. ``exit_classes`` maps exit
     codes to classes (default: the worker's codes); 0 always means success. ``pass_fds``
     are descriptors the child inherits (all others are closed), e.g. a pipe's write end.
+    ``fs_access`` (opt-in) confines the child with Landlock to those paths plus its private
+    directory (written) and ``cwd`` (read); where Landlock is missing the job does not start.
     """
     argv = [str(a) for a in argv]
     table: Mapping[int, ErrorClass | None] = (
@@ -380,27 +946,53 @@ def run_sandboxed(
         if exit_classes is not None
         else {int(k): v for k, v in WORKER_EXIT_CLASS.items()}
     )
+    end = _End(
+        memory_limit=default_memory_limit() if limits.memory_bytes is None else limits.memory_bytes
+    )
+    token = secrets.token_hex(8)
     tmp = Path(tempfile.mkdtemp(prefix="nspy-job-"))
     start = time.monotonic()
+    child_env = build_env(env, home=tmp)
+    outer = os.environ.get(JOB_MARKER_ENV, "")
+    child_env[JOB_MARKER_ENV] = f"{outer} {token}".strip()
+    watch_r, watch_w = os.pipe()  # both ends close-on-exec; only watch_r is passed on
+    child_env[PARENT_FD_ENV] = str(watch_r)
+    landlock_fd = -1
     try:
         try:
+            if fs_access is not None:
+                landlock_fd = _landlock_ruleset(
+                    FsAccess(
+                        read=(*fs_access.read, cwd),
+                        write=(*fs_access.write, tmp),
+                        scope_signals=fs_access.scope_signals,
+                    )
+                )
+            setup = functools.partial(
+                _limit_child, _fsize_limit(limits.file_size_bytes), os.getpid(), landlock_fd
+            )
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env=build_env(env, home=tmp),
+                env=child_env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=tuple(pass_fds),
-                preexec_fn=functools.partial(_limit_child, _fsize_limit(limits.file_size_bytes)),
+                pass_fds=(*pass_fds, watch_r),
+                preexec_fn=setup,
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             return _not_started(argv, exc, tmp if keep_tmp else None, time.monotonic() - start)
-        end, captures = _run_started(proc, limits, cancel, poll, start)
+        finally:
+            os.close(watch_r)
+            if landlock_fd >= 0:
+                os.close(landlock_fd)
+        captures = _run_started(proc, limits, cancel, poll, start, end, token)
         wall = time.monotonic() - start
     finally:
+        os.close(watch_w)
         if not keep_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     files = {}
@@ -418,6 +1010,9 @@ def run_sandboxed(
         stdout=captures["stdout"],
         stderr=captures["stderr"],
         exit_classes=table,
+        out_of_memory=end.out_of_memory,
+        peak_rss_bytes=end.peak_rss,
+        memory_limit_bytes=end.memory_limit,
     )
     return SandboxOutcome(
         argv=argv,
@@ -433,6 +1028,10 @@ def run_sandboxed(
         hint=hint,
         tmp_dir=tmp,
         output_files=files,
+        out_of_memory=end.out_of_memory,
+        peak_rss_bytes=end.peak_rss,
+        memory_limit_bytes=end.memory_limit,
+        strays_killed=end.strays_killed,
     )
 
 
@@ -477,24 +1076,29 @@ def _run_started(
     cancel: threading.Event | None,
     poll: Callable[[], None] | None,
     start: float,
-) -> tuple[_End, dict[str, StreamCapture]]:
+    end: _End,
+    token: str,
+) -> dict[str, StreamCapture]:
     pipes = _Pipes(proc, limits)
     try:
-        end = _supervise(proc, pipes, limits, cancel, poll, start)
+        _supervise(proc, pipes, limits, cancel, poll, start, end)
     finally:
-        # Whatever happened (also an exception from poll), no member of the group survives.
+        # Whatever happened (also an exception from poll), no process of the job survives:
+        # the group, and every descendant or carrier of the job id outside it.
         # The leader is still unreaped here, so proc.pid is still this group's id.
-        _signal_group(proc.pid, signal.SIGKILL)
+        end.strays_killed = _kill_job(proc.pid, token.encode())
         proc.wait()
         pipes.drain(_DRAIN_S)
         pipes.close()
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
-    return end, {name: cap.result() for name, cap in pipes.caps.items()}
+    return {name: cap.result() for name, cap in pipes.caps.items()}
 
 
-def _not_started(argv: list[str], exc: OSError, tmp: Path | None, wall: float) -> SandboxOutcome:
+def _not_started(
+    argv: list[str], exc: OSError | subprocess.SubprocessError, tmp: Path | None, wall: float
+) -> SandboxOutcome:
     empty = StreamCapture(b"", b"", 0, 0)
     return SandboxOutcome(
         argv=argv,
@@ -506,7 +1110,7 @@ def _not_started(argv: list[str], exc: OSError, tmp: Path | None, wall: float) -
         stdout=empty,
         stderr=empty,
         error_class=ErrorClass.CRASHED,
-        message=f"could not start {argv[0]!r}: {exc.strerror or exc}",
+        message=f"could not start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}",
         hint="check that the program exists on PATH and is executable",
         tmp_dir=tmp,
     )
@@ -550,12 +1154,25 @@ def classify_end(
     stdout: StreamCapture,
     stderr: StreamCapture,
     exit_classes: Mapping[int, ErrorClass | None],
+    out_of_memory: bool = False,
+    peak_rss_bytes: int = 0,
+    memory_limit_bytes: int = 0,
 ) -> tuple[ErrorClass | None, str, str]:
     """(class, message, hint) for how a process ended: the one such mapping in the project."""
     tail = _tail_block(stdout, stderr)
     with_tail = (lambda m: f"{m}\n{tail}") if tail else (lambda m: m)
     if cancelled:
         return ErrorClass.CANCELLED, "cancelled; the process group was killed", ""
+    if out_of_memory:
+        return (
+            ErrorClass.OUT_OF_MEMORY,
+            with_tail(
+                f"resident memory reached {_fmt_bytes(peak_rss_bytes)} ({peak_rss_bytes} bytes, "
+                f"summed over the job's processes), past the {_fmt_bytes(memory_limit_bytes)} "
+                "limit; the process group was killed"
+            ),
+            f"use smaller inputs or fewer configs, or raise {MEMORY_ENV} (e.g. 75%)",
+        )
     if timed_out:
         return (
             ErrorClass.TIMEOUT,

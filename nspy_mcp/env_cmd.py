@@ -64,6 +64,12 @@ def format_environment(r: EnvironmentReport) -> str:
     add(f"python    {fw or 'no torch/triton/cupy/numpy'}")
     for b in r.backends:
         add(f"backend   {b.name:<7s}{'yes' if b.available else 'no ':<4s}{b.reason}")
+    if r.sandbox is not None:
+        sb = r.sandbox
+        mem = f"{sb.memory_limit_bytes / 1024**3:.1f} GiB" if sb.memory_limit_bytes else "none"
+        add(f"sandbox   dies with server: {sb.parent_death}; strays: {sb.descendants}")
+        land = f"Landlock ABI {sb.landlock_abi}" if sb.landlock_abi else "no Landlock"
+        add(f"          memory limit {mem} ({sb.memory_limit_source}); {land}")
     for fix in r.remediation:
         add(f"todo      {fix}")
     return "\n".join(out)
