@@ -110,6 +110,8 @@ def provenance_of(run: WorkerRun, settings: JobSettings, gpu: str | None) -> Pro
         command=run.wrapped.argv,
         phase_seconds=dict(done.phase_seconds) if done else {},
         wall_seconds=round(run.wall_s, 3),
+        contestant_confined=done.confined if done else None,
+        notes=list(done.notes) if done else [],
     )
 
 

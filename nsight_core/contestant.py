@@ -62,6 +62,7 @@ from nsight_core.protocol import (
     SampleEvent,
     WorkerJob,
 )
+from nsight_core.sandbox import default_fs_access, restrict_this_process, watch_parent_pipe
 
 FRAMEWORKS = ("numpy", "torch", "cupy")
 """Imported (when installed) before any candidate, so candidates cannot shadow them."""
@@ -107,7 +108,10 @@ def classify_exception(exc: BaseException) -> ErrorClass:
         return ErrorClass.COMPILE_ERROR
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
-        return ErrorClass.RUNTIME_ERROR
+        return ErrorClass.OUT_OF_MEMORY
+    text = str(exc)
+    if "out of memory" in text.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in text:
+        return ErrorClass.OUT_OF_MEMORY
     for cls in type(exc).__mro__:
         name = cls.__name__
         if "Compil" in name or name in {"CompileException", "NVRTCError"}:
@@ -158,8 +162,9 @@ def _die_with_judge(sock: socket.socket) -> None:
 class Contestant:
     """Request mode: import the annotations, then call them as the judge says."""
 
-    def __init__(self, job: ContestantJob) -> None:
+    def __init__(self, job: ContestantJob, not_confined: str | None = None) -> None:
         self.job = job
+        self.not_confined = not_confined
         self.fns: dict[str, Callable[..., Any]] = {}
         self.slots = SlotTable()
         self.device: Device | None = None
@@ -193,6 +198,8 @@ class Contestant:
             failures=failures,
             integrity=integrity,
             shadowed=shadowing_files(sorted(dirs)),
+            confined=self.job.confine and self.not_confined is None,
+            notes=[self.not_confined] if self.not_confined else [],
         )
 
     def serve(self) -> int:
@@ -388,7 +395,24 @@ def run_function_job(job: WorkerJob, events: EventWriter, timed: bool) -> int:
     return int(WorkerExit.OK)
 
 
+def confine(job: ContestantJob) -> str | None:
+    """Apply the job's Landlock allow-list to this process; why not, when it cannot."""
+    if not job.confine:
+        return None
+    access = default_fs_access(
+        Path(job.workdir),
+        read=[Path(p) for p in job.read_dirs],
+        write=[Path(p) for p in job.write_dirs],
+    )
+    try:
+        restrict_this_process(access)
+    except (OSError, RuntimeError) as exc:
+        return f"file access not confined: {exc}"
+    return None
+
+
 def main(argv: list[str]) -> int:
+    watch_parent_pipe()  # die with the judge (or the pipeline), whatever kills it
     if len(argv) == 3 and argv[1] == "--function":
         job_dir = Path(argv[2])
         try:
@@ -418,7 +442,8 @@ def main(argv: list[str]) -> int:
     preload_frameworks()
     if cjob.child_timer == "range":
         import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
-    return Contestant(cjob).serve()
+    not_confined = confine(cjob)  # before any candidate code and before any thread
+    return Contestant(cjob, not_confined).serve()
 
 
 if __name__ == "__main__":

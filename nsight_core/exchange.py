@@ -117,8 +117,8 @@ class Arena:
     """The judge's slots. One arena per job; slots are reused for equal keys and sizes."""
 
     def __init__(self, directory: Path) -> None:
-        self._dir = directory
-        self._dir.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
         self._slots: dict[int, _Slot] = {}
         self._by_key: dict[tuple[str, ...], int] = {}
         self._pool: Any = None
@@ -146,7 +146,7 @@ class Arena:
             slot = _Slot(SlotSpec(slot=sid, where="cuda", nbytes=buf.numel(), handle=handle), buf)
         else:
             size = max(nbytes, 1)
-            path = self._dir / f"slot{sid}"
+            path = self.directory / f"slot{sid}"
             with path.open("wb") as f:
                 f.truncate(size)
             with path.open("r+b") as f:

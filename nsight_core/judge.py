@@ -74,7 +74,12 @@ from nsight_core.protocol import (
     WorkerJob,
 )
 from nsight_core.request import ProfileRequest
-from nsight_core.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
+from nsight_core.sandbox import (
+    SandboxLimits,
+    SandboxOutcome,
+    run_sandboxed,
+    watch_parent_pipe,
+)
 from nsight_core.settings import JobSettings
 from nsight_core.verdict import Tally, TrivialBound, judge_output, trivial_bound, type_mismatch
 
@@ -224,6 +229,8 @@ class Judge:
         self._chan: Channel | None = None
         self._wrapped: Wrapped | None = None
         self._suspects: set[str] = set()
+        self.confined = False
+        self.notes: list[str] = []
 
     # -- start -----------------------------------------------------------------------------
     def start_contestant(self) -> None:
@@ -240,6 +247,9 @@ class Judge:
             child_timer=self.backend.child_timer,
             check_mutation=self.req.check.enabled and self.req.check.check_mutation,
             check_aliasing=self.req.check.enabled and self.req.check.check_aliasing,
+            confine=self.job.confine,
+            read_dirs=[str(self._private)],
+            write_dirs=[str(self._private), str(self.arena.directory)],
         )
         (self._private / CONTESTANT_JOB_FILE).write_text(cjob.model_dump_json())
         self._chan = Channel(sock)
@@ -281,6 +291,8 @@ class Judge:
             self._suspect(None, f"candidate code rebound {what}", what)
         for what in msg.shadowed:
             self._suspect(None, f"{what}; the harness imported the real one first", "")
+        self.confined = msg.confined
+        self.notes += msg.notes
 
     def _suspect(self, annotation: str | None, reason: str, what: str) -> None:
         if reason in self._suspects:
@@ -602,7 +614,14 @@ class Judge:
                 )
             )
         self.phase_seconds["judge"] = round(self.judge_s, 4)
-        self.events.emit(DoneEvent(phase_seconds=self.phase_seconds, device=self.device))
+        self.events.emit(
+            DoneEvent(
+                phase_seconds=self.phase_seconds,
+                device=self.device,
+                confined=self.confined,
+                notes=self.notes,
+            )
+        )
         self.events.close()
 
 
@@ -618,6 +637,7 @@ class _ReferenceFailed(Exception):
 
 
 def main(argv: list[str]) -> int:
+    watch_parent_pipe()  # die with the pipeline's server, whatever kills it
     if len(argv) != 2:
         sys.stderr.write("usage: python -m nsight_core.judge JOB_DIR\n")
         return int(WorkerExit.BAD_JOB)

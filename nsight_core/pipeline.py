@@ -23,7 +23,7 @@ from platformdirs import user_cache_dir
 import nsight_core
 from nsight_core.assemble import assemble_result, failure_of_error
 from nsight_core.collectors import get_backend
-from nsight_core.collectors.base import Wrapped
+from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import (
     EVENTS_FILE,
@@ -36,7 +36,7 @@ from nsight_core.protocol import (
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.runs import EventTail, ProgressCallback, WorkerRun, read_events
-from nsight_core.sandbox import SandboxLimits, run_sandboxed
+from nsight_core.sandbox import SandboxLimits, landlock_abi, run_sandboxed
 from nsight_core.settings import JobSettings
 
 JUDGE_GRACE_S = 30.0
@@ -44,6 +44,19 @@ JUDGE_GRACE_S = 30.0
 
 JUDGE_DIR = "judge"
 """Subdirectory of the job for the judge's own stdout/stderr (the job's are the contestant's)."""
+
+
+CONFINE_ENV = "NSPY_MCP_CONFINE"
+"""'1' confines every contestant's file access (Landlock), '0' none; unset: contestants
+whose timer is in-process (no profiler is injected into them) are confined where the
+kernel has Landlock."""
+
+
+def confine_contestant(backend: Backend) -> bool:
+    wanted = os.environ.get(CONFINE_ENV, "").strip()
+    if wanted in ("0", "1"):
+        return wanted == "1"
+    return backend.child_timer == "clock" and landlock_abi() > 0
 
 
 def preflight(request: ProfileRequest) -> None:
@@ -93,6 +106,7 @@ def run_profile_job(
         workdir=str(workdir),
         source_file=str(source_file) if source_file else None,
         child_timer=get_backend(request.backend).child_timer,
+        confine=confine_contestant(get_backend(request.backend)),
     )
     run = run_worker(
         job, job_dir, JobSettings.of_request(request), on_progress=on_progress, cancel=cancel

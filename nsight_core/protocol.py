@@ -96,6 +96,8 @@ class WorkerJob(_Msg):
     seed: int = 0
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
     child_timer: Literal["range", "clock"] = "range"
+    confine: bool = False
+    """Confine the contestant's file access (decided by the pipeline, see pipeline.py)."""
 
     def write(self, job_dir: Path) -> Path:
         path = job_dir / JOB_FILE
@@ -182,6 +184,10 @@ class DoneEvent(_Msg):
     type: Literal["done"] = "done"
     phase_seconds: dict[str, float]
     device: str | None = Field(None, description="'cuda:0 (NVIDIA H200)' or 'cpu'")
+    confined: bool | None = Field(
+        None, description="Whether the contestant's file access was confined (request jobs)."
+    )
+    notes: list[str] = Field(default_factory=list)
 
 
 # -- judge <-> contestant ----------------------------------------------------------------
@@ -274,6 +280,11 @@ class ContestantJob(_Msg):
     child_timer: Literal["range", "clock"]
     check_mutation: bool = True
     check_aliasing: bool = True
+    confine: bool = False
+    """Restrict the contestant's file access (Landlock) to the workdir, its private
+    directory, the slots and what Python and CUDA need; the store stays out of reach."""
+    read_dirs: list[str] = Field(default_factory=list)
+    write_dirs: list[str] = Field(default_factory=list)
 
 
 class CallMsg(_Msg):
@@ -301,6 +312,8 @@ class HelloMsg(_Msg):
     failures: list[FailureEvent] = Field(default_factory=list)
     integrity: list[str] = Field(default_factory=list)
     shadowed: list[str] = Field(default_factory=list)
+    confined: bool = False
+    notes: list[str] = Field(default_factory=list)
 
 
 class ReplyMsg(_Msg):

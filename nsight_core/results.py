@@ -177,6 +177,12 @@ class Provenance(_Model):
     command: list[str] = Field(default_factory=list, description="The profiler command line.")
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     wall_seconds: float | None = None
+    contestant_confined: bool | None = Field(
+        None,
+        description="True when the candidates' process could reach only its workdir, private "
+        "directory and system files (Landlock), not the result store; null for @kernel jobs.",
+    )
+    notes: list[str] = Field(default_factory=list, description="Remarks on how the job ran.")
 
 
 class ProfileResult(_Model):

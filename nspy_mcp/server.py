@@ -34,6 +34,7 @@ from nsight_core.errors import NsightCoreError
 from nsight_core.probe import EnvironmentReport, probe_environment
 from nsight_core.request import ProfileRequest
 from nsight_core.results import JobStatus, ProfileResult
+from nsight_core.sandbox import protect_this_process
 from nsight_core.store import (
     RESULT_ID_PATTERN,
     CorruptResultError,
@@ -450,6 +451,11 @@ def serve(*, http: bool, host: str, port: int, store: str | None) -> int:
             "the server has no authentication. Use 127.0.0.1 (and an SSH tunnel if remote).\n"
         )
         return 2
+    if not protect_this_process():
+        log.warning(
+            "could not make the server non-dumpable: same-user candidates can read "
+            "its /proc/<pid>/environ"
+        )
     server = build_server(store)
     if http:
         server.run("streamable-http", host=host, port=port)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.judge import Judge
 from nsight_core.pipeline import run_profile_job
@@ -29,7 +31,10 @@ def same(path):
 """
 
 
-def test_events_timed_calls_open_no_nvtx_range_so_none_pays_for_its_import(tmp_path: Path) -> None:
+def test_events_timed_calls_open_no_nvtx_range_so_none_pays_for_its_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NSPY_MCP_CONFINE", "0")  # the candidate writes its log outside workdir
     log = tmp_path / "seen.txt"
     request = ProfileRequest(
         reference="ref",

@@ -5,7 +5,7 @@ Hack: nondeterministic output, standing in for a race or a read of uninitialised
   than the inputs. The noise is seeded from the OS, so reseeding the RNGs does not fix it.
 Expect: incorrect
 Expect reasons: nondeterministic
-Defence: the worker calls the candidate twice on clones of the same inputs and requires
+Defence: the judge sends the same inputs twice (fresh copies each time) and requires
   check.same_result (exact equality, NaN equal to NaN).
 """
 
@@ -18,4 +18,4 @@ import torch
 
 def candidate(x: torch.Tensor) -> torch.Tensor:
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-    return torch.softmax(x, dim=-1) + torch.rand(x.shape, generator=gen) * 1e-9
+    return torch.softmax(x, dim=-1) + torch.rand(x.shape, generator=gen).to(x.device) * 1e-9

@@ -415,8 +415,10 @@ async def test_ten_concurrent_profile_calls_queue_and_all_finish(tmp_path: Path)
 
 @MODES
 async def test_cancelling_the_call_kills_the_job_and_records_it_cancelled(
-    mode: str, tmp_path: Path
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The candidate writes to a FIFO outside its workdir, which confinement would refuse.
+    monkeypatch.setenv("NSPY_MCP_CONFINE", "0")
     fifo = tmp_path / "pid.fifo"
     os.mkfifo(fifo)
     async with connected(tmp_path / "store", mode) as client:
@@ -445,7 +447,11 @@ async def test_cancelling_the_call_kills_the_job_and_records_it_cancelled(
     assert not _pid_alive(pid)
 
 
-async def test_closing_the_connection_cancels_its_running_job(tmp_path: Path) -> None:
+async def test_closing_the_connection_cancels_its_running_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The candidate writes to a FIFO outside its workdir, which confinement would refuse.
+    monkeypatch.setenv("NSPY_MCP_CONFINE", "0")
     fifo = tmp_path / "pid.fifo"
     os.mkfifo(fifo)
     store = tmp_path / "store"
