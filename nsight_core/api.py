@@ -23,6 +23,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, overload
 
+from nsight_core.catalog import validate_metrics
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.exceptions import (
     InvalidMetricsError,
@@ -30,6 +31,7 @@ from nsight_core.exceptions import (
     ProfilerException,
     ThermalControlError,
 )
+from nsight_core.function_job import run_function
 from nsight_core.request import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -42,7 +44,13 @@ from nsight_core.request import (
 )
 from nsight_core.results import Failure, ProfileResult, Row
 from nsight_core.settings import JobSettings
-from nsight_core.thermal import ThermalSettings
+from nsight_core.thermal import (
+    ThermalSettings,
+    guarded_call,
+    nvml_reader,
+    read_log,
+    summarize,
+)
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "clock_control": CLOCK_CONTROLS,
@@ -361,8 +369,6 @@ def _nsight_error(err: NsightCoreError, metrics: Sequence[str]) -> NsightCoreErr
 
 def _precheck_metrics(metrics: Sequence[str]) -> None:
     """Refuse names the shipped catalogs know to be wrong before starting ncu."""
-    from nsight_core.catalog import validate_metrics
-
     try:
         report = validate_metrics(list(metrics), source="shipped")
     except Exception:  # no catalog for this chip: ncu and the report check decide
@@ -508,8 +514,6 @@ def kernel(
             thermal: ThermalSettings,
             level: VerbosityLevel,
         ) -> ProfileResult:
-            from nsight_core.function_job import run_function
-
             job_dir = _job_dir(output_prefix, func.__name__)
             log = job_dir / "thermal.jsonl"
             if thermal.mode == "manual":
@@ -517,8 +521,6 @@ def kernel(
             target = func
             undo: Callable[[], None] = lambda: None  # noqa: E731
             if thermal.mode != "off":
-                from nsight_core.thermal import guarded_call
-
                 target = functools.partial(guarded_call, thermal, str(log), func)
                 undo = _register_by_value(func)
             try:
@@ -580,7 +582,6 @@ def _call_configs(
 
 
 def _require_nvml(thermal: ThermalSettings) -> None:
-    from nsight_core.thermal import nvml_reader
 
     reader, why = nvml_reader(thermal.device)
     if reader is None:
@@ -592,7 +593,6 @@ def _require_nvml(thermal: ThermalSettings) -> None:
 
 def _apply_thermal(result: ProfileResult, thermal: ThermalSettings, log: Path) -> None:
     """Copy what the guard saw into each row of the config it guarded."""
-    from nsight_core.thermal import read_log, summarize
 
     if thermal.mode == "off":
         result.rows = [r.model_copy(update={"ThermalGuard": "off"}) for r in result.rows]

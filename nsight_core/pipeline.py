@@ -20,7 +20,6 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-import nsight_core
 from nsight_core.assemble import assemble_result, failure_of_error
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
@@ -137,7 +136,7 @@ def run_worker(
         )
         argv, wall, output_dir = wrapped.argv, settings.time_limit_s, job_dir
     tail = EventTail(job_dir / EVENTS_FILE, on_progress)
-    package_root = str(Path(nsight_core.__file__).resolve().parents[1])
+    package_root = str(Path(__file__).resolve().parents[1])
     pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     t0 = time.monotonic()
     outcome = run_sandboxed(

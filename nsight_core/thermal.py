@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nsight_core.annotation import current_run_context
+
 ThermalMode = Literal["auto", "manual", "off"]
 GuardStatus = Literal["off", "unavailable", "ok", "waited", "timed_out", "budget_spent"]
 
@@ -282,8 +284,6 @@ def guarded_call(
     Used as ``functools.partial(guarded_call, settings, log_path, fn)``; warm-up calls and
     calls outside a worker are not checked.
     """
-    from nsight_core.annotation import current_run_context
-
     ctx = current_run_context()
     if ctx is not None and ctx.profiling:
         rec = _guard_for(settings).check()

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("nspy-mcp")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+unknown"
-
 from nspy_mcp.cli import main
+from nspy_mcp.version import __version__
 
 if TYPE_CHECKING:
     from nspy_mcp.server import build_server
@@ -21,7 +16,7 @@ __all__ = ["__version__", "build_server", "main"]
 def __getattr__(name: str) -> Any:
     """`build_server` on first use: importing the MCP SDK costs ~0.5 s that `--help` never needs."""
     if name == "build_server":
-        from nspy_mcp.server import build_server
+        from nspy_mcp.server import build_server  # lazy: the MCP SDK costs ~0.5 s
 
         return build_server
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

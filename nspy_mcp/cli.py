@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from nspy_mcp import __version__
+from nspy_mcp.version import __version__
 
 STDIO_TTY_NOTE = (
     "nspy-mcp: serving MCP over stdio: it reads JSON-RPC messages from an MCP client on stdin\n"
@@ -99,7 +99,7 @@ def _main(argv: Sequence[str] | None) -> int:
         http = getattr(args, "http", False)
         if not http and sys.stdin.isatty():
             sys.stderr.write(STDIO_TTY_NOTE)
-        from nspy_mcp.server import serve
+        from nspy_mcp.server import serve  # lazy: each command loads only what it needs
 
         return serve(
             http=http,
@@ -108,23 +108,23 @@ def _main(argv: Sequence[str] | None) -> int:
             store=getattr(args, "store", None),
         )
     if command == "demo":
-        from nspy_mcp.demo import run_demo
+        from nspy_mcp.demo import run_demo  # lazy: each command loads only what it needs
 
         return run_demo(store=args.store, backend=args.backend)
     if command == "report":
-        from nspy_mcp.report_cmd import run_report
+        from nspy_mcp.report_cmd import run_report  # lazy: each command loads only what it needs
 
         return run_report(args.file, fmt="json" if args.json else "csv" if args.csv else "table")
     if command == "env":
-        from nspy_mcp.env_cmd import run_env
+        from nspy_mcp.env_cmd import run_env  # lazy: each command loads only what it needs
 
         return run_env(deep=args.deep, refresh=args.refresh, as_json=args.json)
     if command == "metrics":
-        from nspy_mcp.env_cmd import run_metrics
+        from nspy_mcp.env_cmd import run_metrics  # lazy: each command loads only what it needs
 
         return run_metrics(args.names, chip=args.chip, as_json=args.json)
     if command == "plot":
-        from nspy_mcp.plot import run_plot
+        from nspy_mcp.plot import run_plot  # lazy: each command loads only what it needs
 
         return run_plot(args.result_id, output=args.output, store=args.store)
     raise AssertionError(command)  # argparse rejects unknown commands

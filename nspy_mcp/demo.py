@@ -48,7 +48,7 @@ class Plan:
     why: str
 
     def request(self) -> dict[str, Any]:
-        from nspy_mcp import demo_kernels as k
+        from nspy_mcp import demo_kernels as k  # lazy: loaded only when a demo runs
 
         if self.kernels == "torch":
             ref, cands, inputs = (

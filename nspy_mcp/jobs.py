@@ -43,6 +43,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass
+from nsight_core.pipeline import preflight, run_profile_job
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -192,8 +193,6 @@ class JobQueue:
 
     async def submit(self, request: ProfileRequest) -> Job:
         """Check the request, register it and start it; raises NsightCoreError if refused."""
-        from nsight_core.pipeline import preflight
-
         await anyio.to_thread.run_sync(preflight, request)
         device = await anyio.to_thread.run_sync(device_key, request)  # NVML, once per process
         placeholder = await anyio.to_thread.run_sync(self._store.create, request)
@@ -341,8 +340,6 @@ class JobQueue:
         return await anyio.to_thread.run_sync(record)
 
     async def _call_engine(self, job: Job) -> ProfileResult:
-        from nsight_core.pipeline import run_profile_job
-
         def engine() -> ProfileResult:
             try:
                 return run_profile_job(

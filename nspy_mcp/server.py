@@ -43,7 +43,6 @@ from nsight_core.store import (
     Retention,
     validate_result_id,
 )
-from nspy_mcp import __version__
 from nspy_mcp.answers import (
     ReadResultsAnswer,
     listing,
@@ -57,6 +56,7 @@ from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
 from nspy_mcp.tool_errors import agent_text, corrupt_error, reject_unknown_arguments, tool_error
+from nspy_mcp.version import __version__
 from nspy_mcp.wire import run_stdio
 
 log = logging.getLogger(__name__)

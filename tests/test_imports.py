@@ -1,0 +1,145 @@
+"""The project's import graph, read with ast: no cycles, and project imports at module top.
+
+A cycle hidden by function-local imports is still a cycle: every import of a project module
+counts, wherever it sits. The exceptions are imports only for type checking (they never
+run) and documented lazy imports, marked ``# lazy: why`` on the line, that defer a heavy
+dependency (the MCP SDK for the CLI's people commands) to the call that needs it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("nsight_core", "nspy_mcp")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(
+    module: str, path: Path, known: dict[str, Path], tree: ast.Module | None = None
+) -> list[tuple[str, ast.Import | ast.ImportFrom]]:
+    tree = tree or ast.parse(path.read_text())
+    out: list[tuple[str, ast.Import | ast.ImportFrom]] = []
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        for name in names:
+            target = _resolve(name, known)
+            if target is not None and target != module:
+                out.append((target, node))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    known = _modules()
+    return {m: {t for t, _ in _imports(m, p, known)} for m, p in known.items()}
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in ast.walk(node):
+                if hasattr(sub, "lineno"):
+                    lines.add(sub.lineno)
+    return lines
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every elementary cycle's smallest representative (Tarjan's components, then a path)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    comps: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return comps
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles_in_the_packages() -> None:
+    graph = _graph()
+    # TYPE_CHECKING-only imports never run, so they cannot form a cycle at import time.
+    known = _modules()
+    for module, path in known.items():
+        tree = ast.parse(path.read_text())
+        guarded = _type_checking_lines(tree)
+        lines = path.read_text().splitlines()
+        graph[module] = {
+            t
+            for t, node in _imports(module, path, known, tree)
+            if node.lineno not in guarded and "# lazy:" not in lines[node.lineno - 1]
+        }
+    assert find_cycles(graph) == []
+
+
+def test_project_imports_sit_at_module_top_unless_marked_lazy() -> None:
+    known = _modules()
+    offenders = []
+    for module, path in known.items():
+        text = path.read_text().splitlines()
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        for n in tree.body:
+            if isinstance(n, ast.If | ast.Try):
+                top.update(id(s) for s in ast.walk(n))
+        for target, node in _imports(module, path, known, tree):
+            if id(node) in top or "# lazy:" in text[node.lineno - 1]:
+                continue
+            offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+    assert offenders == []
