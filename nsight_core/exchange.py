@@ -116,7 +116,10 @@ class _Slot:
 class Arena:
     """The judge's slots. One arena per job; slots are reused for equal keys and sizes."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, cuda_ipc: bool = True) -> None:
+        self.cuda_ipc = cuda_ipc
+        """Share CUDA arrays by IPC; when off (or when IPC fails) they cross in host slots."""
+        self.notes: list[str] = []
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self._slots: dict[int, _Slot] = {}
@@ -137,11 +140,20 @@ class Arena:
     def _new_slot(self, where: str, nbytes: int) -> _Slot:
         sid = len(self._slots)
         torch = sys.modules["torch"]
-        if where == "cuda":
-            from torch.multiprocessing.reductions import reduce_tensor
+        if where == "cuda" and self.cuda_ipc:
+            try:
+                # torch is imported by the judge before any arena exists; never at import.
+                from torch.multiprocessing.reductions import reduce_tensor
 
-            buf = self._alloc_cuda(nbytes)
-            shared = reduce_tensor(buf)  # type: ignore[no-untyped-call]
+                buf = self._alloc_cuda(nbytes)
+                shared = reduce_tensor(buf)  # type: ignore[no-untyped-call]
+            except Exception as exc:  # no IPC here (driver, MIG, container): go by host
+                self.cuda_ipc = False
+                self.notes.append(
+                    f"CUDA IPC failed ({type(exc).__name__}: {exc}); CUDA "
+                    "arrays crossed through host memory"
+                )
+                return self._new_slot("host", nbytes)
             handle = base64.b64encode(pickle.dumps(shared)).decode()
             slot = _Slot(SlotSpec(slot=sid, where="cuda", nbytes=buf.numel(), handle=handle), buf)
         else:
@@ -159,6 +171,8 @@ class Arena:
     def _slot_for(
         self, key: tuple[str, ...], where: str, nbytes: int, new: list[SlotSpec]
     ) -> _Slot:
+        if where == "cuda" and not self.cuda_ipc:
+            where = "host"
         sid = self._by_key.get(key)
         if sid is not None:
             slot = self._slots[sid]
@@ -278,11 +292,16 @@ def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
         raw = data.cpu().numpy() if data.numel() else np.empty(0, dtype=np.uint8)
         return raw.view(np.dtype(node.dtype)).reshape(node.shape).copy()
     dtype = getattr(torch, node.dtype)
+    # The array goes where its description says, whatever memory the slot is in (a host
+    # slot carries CUDA arrays when IPC is off).
+    target = torch.device("cuda") if node.device == "cuda" else torch.device("cpu")
     flat = data.view(dtype) if node.nbytes else torch.empty(0, dtype=dtype, device=data.device)
     dense = flat.reshape(node.shape)
     if node.stride is not None:
-        out = torch.empty_strided(node.shape, node.stride, dtype=dtype, device=data.device)
+        out = torch.empty_strided(node.shape, node.stride, dtype=dtype, device=target)
         out.copy_(dense)
+    elif dense.device != target:
+        out = dense.to(target)
     else:
         out = dense.clone() if fresh else dense
     if node.framework == "cupy":

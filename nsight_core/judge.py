@@ -218,7 +218,7 @@ class Judge:
         self.settings = JobSettings.of_request(request)
         self._rng = random.Random(secrets.randbits(64))
         self._private = Path(tempfile.mkdtemp(prefix="nspy-contestant-"))
-        self.arena = Arena(Path(tempfile.mkdtemp(prefix="nspy-slots-")))
+        self.arena = Arena(Path(tempfile.mkdtemp(prefix="nspy-slots-")), cuda_ipc=job.cuda_ipc)
         self.phase_seconds: dict[str, float] = {}
         self.judge_s = 0.0
         self.ref: Callable[..., Any] | None = None
@@ -619,7 +619,7 @@ class Judge:
                 phase_seconds=self.phase_seconds,
                 device=self.device,
                 confined=self.confined,
-                notes=self.notes,
+                notes=[*self.notes, *self.arena.notes],
             )
         )
         self.events.close()

@@ -51,6 +51,11 @@ whose timer is in-process (no profiler is injected into them) are confined where
 kernel has Landlock."""
 
 
+TRANSPORT_ENV = "NSPY_MCP_TRANSPORT"
+"""'host' makes CUDA arrays cross between judge and contestant through host memory instead
+of CUDA IPC (for hosts where IPC is unavailable; the judge also falls back by itself)."""
+
+
 def confine_contestant(backend: Backend) -> bool:
     wanted = os.environ.get(CONFINE_ENV, "").strip()
     if wanted in ("0", "1"):
@@ -106,6 +111,7 @@ def run_profile_job(
         source_file=str(source_file) if source_file else None,
         child_timer=get_backend(request.backend).child_timer,
         confine=confine_contestant(get_backend(request.backend)),
+        cuda_ipc=os.environ.get(TRANSPORT_ENV, "ipc").strip() != "host",
     )
     run = run_worker(
         job, job_dir, JobSettings.of_request(request), on_progress=on_progress, cancel=cancel

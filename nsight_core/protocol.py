@@ -98,6 +98,8 @@ class WorkerJob(_Msg):
     child_timer: Literal["range", "clock"] = "range"
     confine: bool = False
     """Confine the contestant's file access (decided by the pipeline, see pipeline.py)."""
+    cuda_ipc: bool = True
+    """Share CUDA arrays by IPC (else through host memory; see exchange.py)."""
 
     def write(self, job_dir: Path) -> Path:
         path = job_dir / JOB_FILE

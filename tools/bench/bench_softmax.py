@@ -148,6 +148,13 @@ async def _mcp(store: str) -> tuple[float, dict[tuple[str, int, str], float], st
         if read.is_error or read.structured_content is None:
             raise RuntimeError(str(read.content))
     doc = json.dumps(read.structured_content)
+    prov = answer.structured_content.get("provenance") or {}
+    judge_s = float((prov.get("phase_seconds") or {}).get("judge", float("nan")))
+    job_s = float(prov.get("wall_seconds") or float("nan"))
+    sys.stderr.write(
+        f"judge (inputs, reference, output checks of every call): {judge_s:.3f} s of the "
+        f"job's {job_s:.2f} s = {100 * judge_s / job_s:.1f} % (goal <= 10 %)\n"
+    )
     rows = answer.structured_content["rows"]
     values = {(r["Annotation"], r["ConfigId"], r["Metric"]): r["AvgValue"] for r in rows}
     return wall, values, doc

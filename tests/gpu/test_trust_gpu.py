@@ -1,0 +1,84 @@
+"""The hack catalogue on CUDA tensors, under ncu and events: the trust table of issue 10.
+
+Runs the files of tests/hacks/ exactly as the CPU catalogue does (same headers), with the
+inputs made on the GPU, so tensors cross between judge and contestant by CUDA IPC and the
+comparison runs on the device. Prints one table per backend (class, verdict, trust) and
+writes it to $NSPY_TRUST_TABLE when set.
+
+Backend differences the headers cannot state, checked here:
+- under ncu a patched in-process timer changes nothing (times come from outside), so its
+  rows stay trusted;
+- under ncu a silent fallback to the reference is named (its kernels are the reference's);
+- "Expect min time ns" is a wall-clock floor for in-process timers, not for ncu's kernel
+  time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nsight_core.results import ProfileResult
+from tests.hacks.test_hacks import HEADERS, Header, run_catalogue
+
+REFERENCE = "_reference.py:softmax"
+
+
+def _verdict(header: Header, result: ProfileResult) -> tuple[str, str, str]:
+    checks = [c for c in result.correctness if c.Annotation == header.spec]
+    rows = [r for r in result.rows if r.Annotation == header.spec]
+    verdict = "pass" if checks and all(c.Passed for c in checks) else "incorrect"
+    if checks and any(c.ErrorClass not in (None, "incorrect") for c in checks):
+        verdict = ",".join(sorted({str(c.ErrorClass) for c in checks if c.ErrorClass}))
+    trust = ",".join(sorted({r.Trust for r in rows})) or "-"
+    reasons = "; ".join(sorted({x for r in rows for x in r.Reasons}))[:140]
+    return verdict, trust, reasons
+
+
+def _expected_trust(header: Header, backend: str) -> set[str]:
+    allowed = {t.strip() for t in header.fields.get("Expect trust", "ok, noisy").split(",")}
+    if backend == "ncu" and header.name == "patch_timer":
+        return {"ok", "noisy"}
+    if backend == "ncu" and header.name == "fallback_to_reference":
+        return {"suspicious"}
+    return allowed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["ncu", "events"])
+def test_the_catalogue_on_the_gpu(
+    backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    results = run_catalogue(tmp_path_factory.mktemp, backend=backend, device="cuda")
+    lines = [f"== {backend} (CUDA tensors)", f"{'class':26} {'verdict':12} {'trust':22} reasons"]
+    problems = []
+    for h in HEADERS:
+        res = results[h.spec]
+        verdict, trust, reasons = _verdict(h, res)
+        lines.append(f"{h.name:26} {verdict:12} {trust:22} {reasons}")
+        expect = h.expect
+        if expect == "incorrect or pass":
+            expect = verdict
+        if verdict != expect:
+            problems.append(f"{h.name}: verdict {verdict}, expected {expect} ({res.message})")
+        elif verdict == "pass" and not set(trust.split(",")) <= _expected_trust(h, backend):
+            problems.append(f"{h.name}: trust {trust}, expected {_expected_trust(h, backend)}")
+    jobs = {r.result_id: r for r in results.values()}
+    for res in jobs.values():
+        prov = res.provenance
+        if prov is not None:
+            share = prov.phase_seconds.get("judge", 0.0) / max(prov.wall_seconds or 1.0, 1e-9)
+            lines.append(
+                f"   job {res.result_id:26} wall {prov.wall_seconds:6.2f} s, judge "
+                f"{prov.phase_seconds.get('judge', 0.0):5.2f} s ({100 * share:4.1f} %), "
+                f"confined={prov.contestant_confined} notes={prov.notes}"
+            )
+    text = "\n".join(lines)
+    print("\n" + text)
+    out = os.environ.get("NSPY_TRUST_TABLE")
+    if out:
+        with Path(out).open("a") as fh:
+            fh.write(text + "\n")
+    assert problems == []
