@@ -62,7 +62,7 @@ from nsight_core.protocol import (
     SampleEvent,
     WorkerJob,
 )
-from nsight_core.sandbox import default_fs_access, restrict_this_process, watch_parent_pipe
+from nsight_core.sandbox import default_fs_access, die_with_parent, restrict_this_process
 
 FRAMEWORKS = ("numpy", "torch", "cupy")
 """Imported (when installed) before any candidate, so candidates cannot shadow them."""
@@ -412,7 +412,10 @@ def confine(job: ContestantJob) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    watch_parent_pipe()  # die with the judge (or the pipeline), whatever kills it
+    # Die with the parent (ncu, the judge or the pipeline). Not watch_parent_pipe: its
+    # watcher would be a descendant that ncu waits for, and the job would never end. When the
+    # judge dies its socket closes, and the contestant's watchdog ends the whole group.
+    die_with_parent()
     if len(argv) == 3 and argv[1] == "--function":
         job_dir = Path(argv[2])
         try:

@@ -339,6 +339,21 @@ def _limit_child(fsize: tuple[int, int], parent_pid: int, landlock_fd: int) -> N
         _landlock_enforce(landlock_fd)
 
 
+def die_with_parent() -> bool:
+    """SIGKILL this process when its parent ends (``PR_SET_PDEATHSIG``); no helper process.
+
+    For a process started under a launcher that waits for all its target's descendants
+    (ncu with ``--target-processes all``): `watch_parent_pipe`'s watcher would be such a
+    descendant, and ncu would wait for it forever. Returns True when in force.
+    """
+    parent = os.getppid()
+    if _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        return False
+    if os.getppid() != parent:  # the parent died before the call
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
+
+
 def watch_parent_pipe() -> bool:
     """In a sandboxed Python child: die with the whole job once the sandboxing parent is gone.
 

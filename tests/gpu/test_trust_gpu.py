@@ -48,9 +48,7 @@ def _expected_trust(header: Header, backend: str) -> set[str]:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["ncu", "events"])
-def test_the_catalogue_on_the_gpu(
-    backend: str, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_the_catalogue_on_the_gpu(backend: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     results = run_catalogue(tmp_path_factory.mktemp, backend=backend, device="cuda")
     lines = [f"== {backend} (CUDA tensors)", f"{'class':26} {'verdict':12} {'trust':22} reasons"]
     problems = []

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +122,15 @@ def profile(
         workdir=str(HERE),
         time_limit_s=300,
     )
-    return run_profile_job(request, job_dir, result_id=job_dir.name)
+    t0 = time.monotonic()
+    result = run_profile_job(request, job_dir, result_id=job_dir.name)
+    # Streamed as each job ends, so a GPU run that is cut short still says where it was.
+    sys.stdout.write(
+        f"[{backend} {job_dir.name}] {time.monotonic() - t0:.1f} s {result.status}: "
+        f"{result.message[:160]}\n"
+    )
+    sys.stdout.flush()
+    return result
 
 
 def run_catalogue(
