@@ -198,7 +198,7 @@ class Contestant:
             failures=failures,
             integrity=integrity,
             shadowed=shadowing_files(sorted(dirs)),
-            confined=self.job.confine and self.not_confined is None,
+            confined=self.job.confine != "off" and self.not_confined is None,
             notes=[self.not_confined] if self.not_confined else [],
         )
 
@@ -397,8 +397,12 @@ def run_function_job(job: WorkerJob, events: EventWriter, timed: bool) -> int:
 
 def confine(job: ContestantJob) -> str | None:
     """Apply the job's Landlock allow-list to this process; why not, when it cannot."""
-    if not job.confine:
+    if job.confine == "off":
         return None
+    if job.confine == "cpu-only":
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return "file access not confined: CUDA is available (set NSPY_MCP_CONFINE=1 to force)"
     access = default_fs_access(
         Path(job.workdir),
         read=[Path(p) for p in job.read_dirs],

@@ -231,6 +231,7 @@ class Judge:
         self._suspects: set[str] = set()
         self.confined = False
         self.notes: list[str] = []
+        self.current: tuple[str, int | None, int | None] = ("<contestant>", None, None)
 
     # -- start -----------------------------------------------------------------------------
     def start_contestant(self) -> None:
@@ -329,6 +330,7 @@ class Judge:
     ) -> tuple[ReplyMsg, Any]:
         """Send one call; the reply and the rebuilt output (None when it failed)."""
         assert self._chan is not None and self._proc is not None
+        self.current = (ann, cid, run)
         t0 = time.perf_counter()
         new: list[SlotSpec] = []
         node = self.arena.encode_inputs(inputs, f"c{cid}", new)
@@ -568,6 +570,21 @@ class Judge:
         self.start_contestant()
         try:
             return self._run()
+        except (ContestantGone, TimeoutError) as exc:
+            # The contestant died (a crash, its time limit, a kill): the call in flight is
+            # named here; how the process ended goes into the EndEvent, the job's error.
+            ann, cid, run = self.current
+            self.events.emit(
+                FailureEvent(
+                    annotation=ann,
+                    config_id=cid,
+                    run=run,
+                    phase="profile" if run is not None else "check",
+                    error_class=ErrorClass.CRASHED,
+                    message=f"{exc}; the job's error says how its process ended",
+                )
+            )
+            return int(WorkerExit.OK)
         finally:
             self._finish()
 

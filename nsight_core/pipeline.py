@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 from platformdirs import user_cache_dir
 
@@ -46,9 +47,8 @@ JUDGE_DIR = "judge"
 
 
 CONFINE_ENV = "NSPY_MCP_CONFINE"
-"""'1' confines every contestant's file access (Landlock), '0' none; unset: contestants
-whose timer is in-process (no profiler is injected into them) are confined where the
-kernel has Landlock."""
+"""'1' confines every contestant's file access (Landlock), '0' none; see
+`confine_contestant` for the default."""
 
 
 TRANSPORT_ENV = "NSPY_MCP_TRANSPORT"
@@ -56,11 +56,16 @@ TRANSPORT_ENV = "NSPY_MCP_TRANSPORT"
 of CUDA IPC (for hosts where IPC is unavailable; the judge also falls back by itself)."""
 
 
-def confine_contestant(backend: Backend) -> bool:
+def confine_contestant(backend: Backend) -> Literal["on", "off", "cpu-only"]:
+    """'on'/'off' from NSPY_MCP_CONFINE; by default 'cpu-only': in-process-timed contestants
+    on hosts with Landlock are confined unless they can use CUDA (CUDA IPC under Landlock
+    failed on the H200, see docs/correctness.md)."""
     wanted = os.environ.get(CONFINE_ENV, "").strip()
     if wanted in ("0", "1"):
-        return wanted == "1"
-    return backend.child_timer == "clock" and landlock_abi() > 0
+        return "on" if wanted == "1" else "off"
+    if backend.child_timer == "clock" and landlock_abi() > 0:
+        return "cpu-only"
+    return "off"
 
 
 def preflight(request: ProfileRequest) -> None:

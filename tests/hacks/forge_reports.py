@@ -2,7 +2,7 @@
 
 Hack: forging the contestant's report messages: it appends fake sample lines to any
   events file it can reach (its working directory and its parent's), and writes a forged
-  reply, with a tiny time, to every socket it holds, then computes the right answer.
+  reply, with a tiny time, to the harness's socket, then computes the right answer.
 Expect: pass
 Expect trust: suspicious
 Runs alone: forged messages concern the whole job.
@@ -35,7 +35,8 @@ def _forge() -> None:
         with contextlib.suppress(OSError):
             sock = socket.socket(fileno=os.dup(fd))
             try:
-                if sock.family == socket.AF_UNIX:
+                # Only the harness's own channel: other sockets belong to the profiler.
+                if sock.family == socket.AF_UNIX and "judge" in str(sock.getpeername()):
                     sock.sendall(json.dumps(reply).encode() + b"\n")
             finally:
                 sock.close()

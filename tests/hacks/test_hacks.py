@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from nsight_core.pipeline import run_profile_job
-from nsight_core.request import CheckSpec, ProfileRequest
+from nsight_core.request import CheckSpec, KernelsSpec, ProfileRequest
 from nsight_core.results import ProfileResult
 
 HERE = Path(__file__).resolve().parent
@@ -119,6 +119,8 @@ def profile(
         runs=3,
         warmup=1,
         check=CheckSpec(seeds=2, atol=atol, rtol=None if atol is None else 1e-5),
+        # Multi-kernel candidates (a GPU softmax in several ops) need their kernels summed.
+        kernels=KernelsSpec(combine="sum"),
         workdir=str(HERE),
         time_limit_s=300,
     )
