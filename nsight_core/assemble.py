@@ -200,15 +200,26 @@ def apply_suspects(rows: list[Row], suspects: Sequence[SuspectEvent], evidence: 
     return rows
 
 
+def _noted(row: Row, reason: str) -> Row:
+    if reason in row.Reasons:
+        return row
+    return row.model_copy(update={"Reasons": [*row.Reasons, reason]})
+
+
 def flag_reference_kernels(rows: list[Row], reference: str) -> list[Row]:
-    """Name candidates whose kernels are exactly the reference's, per config and metric."""
+    """Name candidates whose kernels are exactly the reference's, per config and metric.
+
+    A reason, not a verdict: a candidate built on the same library call (a chunked
+    torch.softmax) legitimately runs the reference's kernel, and on the H200 two such
+    controls would otherwise have been made suspicious. The name makes a silent fallback
+    visible; the agent decides whether it meant it."""
     ref = {(r.ConfigId, r.Metric): set(r.Kernels) for r in rows if r.Annotation == reference}
     out = []
     for r in rows:
         kernels = ref.get((r.ConfigId, r.Metric))
         if r.Annotation != reference and kernels and set(r.Kernels) == kernels:
             names = ", ".join(sorted(kernels))[:300]
-            r = _suspicious(
+            r = _noted(
                 r,
                 f"launches exactly the reference's kernels ({names}): a fallback to the "
                 "reference, not a new kernel?",
