@@ -353,7 +353,7 @@ def test_recorded_report_gives_the_expected_bound(case: str, bound: str) -> None
     if not report.exists():
         pytest.skip(
             f"{report.name} not recorded yet: run tools/record_diagnose_fixtures.py "
-            "on a GPU host with ncu (see tests/data/README.md)"
+            "on a GPU host with ncu (see docs/diagnose.md)"
         )
     pytest.importorskip("ncu_report")
     job = diagnose_run(
