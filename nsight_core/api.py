@@ -428,6 +428,7 @@ def kernel(
     output_csv: bool = False,
     backend: str = "ncu",
     time_limit_s: float = 600.0,
+    diagnose: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., ProfileResults]]: ...
 def kernel(
     _func: Callable[..., Any] | None = None,
@@ -454,6 +455,7 @@ def kernel(
     output_csv: bool = False,
     backend: str = "ncu",
     time_limit_s: float = 600.0,
+    diagnose: bool = False,
 ) -> Any:
     """Profile every annotated region of the decorated function, per config and run.
 
@@ -461,7 +463,8 @@ def kernel(
     function runs it in a fresh worker under ncu and returns `ProfileResults`. ``runs``
     defaults to 3 (Nsight Python: 1, which gives no spread); ``warmup`` calls run outside
     the profiled ranges first. The ``thermal_*`` parameters set the guard that waits
-    between runs while the GPU is hot (see `nsight_core.thermal`).
+    between runs while the GPU is hot (see `nsight_core.thermal`). ``diagnose=True`` adds
+    ncu's speed-of-light metrics and attaches `Diagnosis` entries (docs/diagnose.md).
     """
     _check_counts(runs, warmup)
     for name, value in (
@@ -537,6 +540,7 @@ def kernel(
                         runs=runs,
                         warmup=warmup,
                         time_limit_s=time_limit_s,
+                        diagnose=diagnose,
                     ),
                     job_dir=job_dir,
                     derive_metric=derive_metric,

@@ -30,6 +30,7 @@ from nsight_core.aggregate import (
     reduce_runs,
 )
 from nsight_core.collectors import get_backend
+from nsight_core.diagnose import JobDiagnosis, apply_floor, diagnose_run
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import CheckEvent, FailureEvent, RunKey, SuspectEvent
 from nsight_core.request import ProfileRequest
@@ -259,8 +260,12 @@ def finish_result(
     error: Failure | None,
     comparisons: list[Comparison] | None = None,
     correctness: list[Correctness] | None = None,
+    diagnosed: JobDiagnosis | None = None,
 ) -> ProfileResult:
     """The one finishing step: provenance, artifacts and timestamps for any job's result."""
+    provenance = provenance_of(run, settings, gpu)
+    if diagnosed is not None and diagnosed.notes:
+        provenance.notes += diagnosed.notes
     return ProfileResult(
         result_id=result_id,
         status=status,
@@ -272,8 +277,29 @@ def finish_result(
         correctness=correctness or [],
         failures=failures,
         error=error,
-        provenance=provenance_of(run, settings, gpu),
+        provenance=provenance,
         artifacts={**run.artifacts, "job_dir": str(run.job_dir)},
+        diagnoses=diagnosed.diagnoses if diagnosed is not None else [],
+    )
+
+
+def diagnose_job(
+    run: WorkerRun,
+    settings: JobSettings,
+    values: RunValues,
+    configs: Sequence[Mapping[str, Any]],
+    gpu: str | None,
+) -> JobDiagnosis:
+    """diagnose.py over a finished job: diagnoses (with ``diagnose``) and the rows' floors."""
+    return diagnose_run(
+        run.wrapped.report_path,
+        diagnose=settings.diagnose,
+        groups=list(dict.fromkeys((k.annotation, k.config_id) for k in values.expected_keys)),
+        configs=configs,
+        floor_events=run.events.floors,
+        gpu=gpu,
+        check_enabled=settings.check_enabled,
+        ignore=settings.kernels.ignore,
     )
 
 
@@ -334,6 +360,10 @@ def assemble_result(
     values, failures, gpu = got.values, got.failures, got.gpu
     ctx = row_context(settings, request.configs, gpu)
     rows = aggregate_rows(values, ctx)
+    # -- issue 15: the physical floor on every backend, and the diagnosis (diagnose.py) --
+    diagnosed = diagnose_job(run, settings, values, request.configs, gpu)
+    rows = apply_floor(rows, diagnosed.floors)
+    # -- end issue 15 --
     rows = apply_suspects(rows, run.events.suspects, ctx.evidence)
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)
@@ -375,5 +405,6 @@ def assemble_result(
         error=error,
         comparisons=comparisons,
         correctness=correctness,
+        diagnosed=diagnosed,
     )
     return no_candidate_passed(request, result)

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
-from nsight_core.assemble import collect_values, failure_of_error, finish_result, row_context
+from nsight_core.assemble import (
+    collect_values,
+    diagnose_job,
+    failure_of_error,
+    finish_result,
+    row_context,
+)
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import run_worker
@@ -161,4 +167,5 @@ def run_function(
         status="done",
         message=f"{len(rows)} rows, {len(failures)} failures",
         error=failure_of_error(run.error) if run.error is not None else None,
+        diagnosed=diagnose_job(run, settings, got.values, list(params), gpu),  # issue 15
     )

@@ -45,6 +45,7 @@ from nsight_core.contestant import (
     seed_all,
     sync_all,
 )
+from nsight_core.diagnose import nbytes_of
 from nsight_core.errors import ErrorClass, WorkerExit
 from nsight_core.exchange import Arena
 from nsight_core.loader import load_callable
@@ -62,6 +63,7 @@ from nsight_core.protocol import (
     EndEvent,
     ExitMsg,
     FailureEvent,
+    FloorEvent,
     HelloMsg,
     Phase,
     PhaseEvent,
@@ -426,6 +428,10 @@ class Judge:
         if not st.bound_known:
             st.bound = trivial_bound(out, inputs, spec.atol, spec.rtol)
             st.bound_known = True
+            # The physical floor (issue 15): bytes in and out, once per config.
+            self.events.emit(
+                FloorEvent(config_id=st.cid, bytes_in=nbytes_of(inputs), bytes_out=nbytes_of(out))
+            )
         self.judge_s += time.perf_counter() - t0
         return out
 

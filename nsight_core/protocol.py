@@ -360,6 +360,19 @@ class EndEvent(_Msg):
     wall_s: float = 0.0
 
 
+class FloorEvent(_Msg):
+    """The bytes one config's call moves at least, as the judge measured them (issue 15).
+
+    Sent once per config, from the first reference output: the parent turns it into a
+    physical floor (diagnose.py) on every backend.
+    """
+
+    type: Literal["floor"] = "floor"
+    config_id: int
+    bytes_in: int | None = Field(None, description="Bytes of every array among the inputs.")
+    bytes_out: int | None = Field(None, description="Bytes of every array in the output.")
+
+
 WorkerEvent = (
     PhaseEvent
     | ProgressEvent
@@ -370,4 +383,5 @@ WorkerEvent = (
     | DoneEvent
     | SuspectEvent
     | EndEvent
+    | FloorEvent
 )

@@ -223,6 +223,15 @@ class ProfileRequest(_Strict):
     clock_control: ClockControl = Field(
         "none", description="ncu --clock-control: 'none' leaves a shared GPU's clocks alone."
     )
+    diagnose: bool = Field(
+        False,
+        strict=True,
+        description=(
+            "Also say what bounds each candidate (memory, compute, latency) and its headroom "
+            "to the hardware limit, in `diagnoses`. With ncu this adds speed-of-light "
+            "metrics (a few more replay passes per kernel); see docs/diagnose.md."
+        ),
+    )
     source: str | None = Field(
         None,
         max_length=1_000_000,

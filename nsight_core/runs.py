@@ -21,6 +21,7 @@ from nsight_core.protocol import (
     DoneEvent,
     EndEvent,
     FailureEvent,
+    FloorEvent,
     ProgressEvent,
     RangeEvent,
     SampleEvent,
@@ -47,12 +48,13 @@ class WorkerEvents:
     ranges: list[RangeEvent] = field(default_factory=list)
     samples: list[SampleEvent] = field(default_factory=list)
     suspects: list[SuspectEvent] = field(default_factory=list)
+    floors: list[FloorEvent] = field(default_factory=list)
     end: EndEvent | None = None
     done: DoneEvent | None = None
     bad_lines: int = 0
 
 
-def read_events(path: Path) -> WorkerEvents:
+def read_events(path: Path) -> WorkerEvents:  # noqa: C901 (one branch per event type)
     out = WorkerEvents()
     if not path.exists():
         return out
@@ -74,6 +76,8 @@ def read_events(path: Path) -> WorkerEvents:
             out.samples.append(ev)
         elif isinstance(ev, SuspectEvent):
             out.suspects.append(ev)
+        elif isinstance(ev, FloorEvent):
+            out.floors.append(ev)
         elif isinstance(ev, EndEvent):
             out.end = ev
         elif isinstance(ev, DoneEvent):

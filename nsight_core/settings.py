@@ -24,6 +24,8 @@ class JobSettings:
     warmup: int = 1
     time_limit_s: float = 600.0
     check_enabled: bool = True
+    diagnose: bool = False
+    """Collect ncu's speed-of-light metrics and rules and attach a Diagnosis (diagnose.py)."""
 
     @property
     def replay_mode(self) -> str:
@@ -41,4 +43,5 @@ class JobSettings:
             warmup=request.warmup,
             time_limit_s=request.time_limit_s,
             check_enabled=request.check.enabled,
+            diagnose=request.diagnose,
         )

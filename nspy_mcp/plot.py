@@ -4,19 +4,21 @@ It reads a stored result (the same store the server writes) and draws, per metri
 group of bars per config and one bar per candidate; the whiskers are the paired-run 95 %
 interval, the line at 1.0 is the reference, and a hatched bar is one whose interval
 includes 1.0 (not resolvable: noise). Candidates without a speedup (failed, incorrect, no
-valid pairs) are listed under the chart with the reason. matplotlib is the optional extra
-'plot'.
+valid pairs) are listed under the chart with the reason. A result profiled with
+``diagnose`` gets a last panel: each call's compute, memory and DRAM throughput as a
+percentage of peak, with its bound. matplotlib is the optional extra 'plot'.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from nsight_core.errors import NsightCoreError
-from nsight_core.results import Comparison, ProfileResult
+from nsight_core.results import Comparison, Diagnosis, ProfileResult
 from nsight_core.store import CorruptResultError, ResultStore
 
 
@@ -74,8 +76,12 @@ def speedup_figure(result: ProfileResult) -> Any:
             f"result {result.result_id} has no speedups to plot "
             f"(status {result.status}; comparisons need a timed candidate and reference)"
         )
-    fig, axes = plt.subplots(len(by_metric), 1, figsize=(9, 4 * len(by_metric)), squeeze=False)
-    for ax, (metric, comps) in zip(axes[:, 0], sorted(by_metric.items()), strict=True):
+    diagnosed = [d for d in result.diagnoses if d.ComputeThroughputPct is not None]
+    panels = len(by_metric) + (1 if diagnosed else 0)
+    fig, axes = plt.subplots(panels, 1, figsize=(9, 4 * panels), squeeze=False)
+    if diagnosed:
+        draw_peak_panel(axes[-1, 0], diagnosed)
+    for ax, (metric, comps) in zip(axes[:, 0], sorted(by_metric.items()), strict=False):
         configs = sorted({c.ConfigId for c in comps})
         params = {c.ConfigId: c.Params for c in comps}
         candidates = sorted({c.Annotation for c in comps})
@@ -115,6 +121,31 @@ def speedup_figure(result: ProfileResult) -> Any:
             fontsize="x-small", ha="left", va="top",
         )  # fmt: skip
     return fig
+
+
+PEAK_BARS = (
+    ("ComputeThroughputPct", "compute (SM)"),
+    ("MemoryThroughputPct", "memory (busiest unit)"),
+    ("DramPct", "DRAM bandwidth"),
+)
+
+
+def draw_peak_panel(ax: Any, diagnoses: Sequence[Diagnosis]) -> None:
+    """The second panel with ``diagnose``: each call's speed of light, % of peak."""
+    labels = [f"{d.Annotation}\n{_label(d.Params)}" for d in diagnoses]
+    width = 0.8 / len(PEAK_BARS)
+    for i, (field, name) in enumerate(PEAK_BARS):
+        ys = [getattr(d, field) or 0.0 for d in diagnoses]
+        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(diagnoses))]
+        ax.bar(xs, ys, width, color=f"C{i}", label=name)
+    for j, d in enumerate(diagnoses):
+        ax.text(j, 102, d.Bound or "?", ha="center", fontsize="x-small")
+    ax.axhline(60.0, color="grey", linewidth=1, linestyle=":")  # diagnose.BOUND_PCT
+    ax.set_ylim(0, 110)
+    ax.set_xticks(range(len(diagnoses)), labels, fontsize="x-small")
+    ax.set_ylabel("% of peak")
+    ax.set_title("speed of light (ncu, medians); dotted: 60 % line, below both = latency-bound")
+    ax.legend(fontsize="small")
 
 
 def run_plot(result_id: str, *, output: str | None, store: str | None) -> int:

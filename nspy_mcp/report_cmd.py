@@ -27,11 +27,12 @@ from nsight_core.aggregate import (
     lower_is_better,
     reduce_runs,
 )
+from nsight_core.diagnose import diagnose_run
 from nsight_core.errors import NsightCoreError
 from nsight_core.extract import ActionInfo, ExtractedReport, KernelRecord, extract_records
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec, Reducer
-from nsight_core.results import Row
+from nsight_core.results import Diagnosis, Row
 
 FORMATS = ("table", "json", "csv")
 _TABLE_COLUMNS = (
@@ -131,6 +132,38 @@ def _table_cells(row: Row) -> dict[str, str]:
     }
 
 
+def diagnoses_from_report(path: Path, rows: Sequence[Row]) -> list[Diagnosis]:
+    """Diagnoses of our own report when it carries the diagnose metrics; else none.
+
+    A foreign report has no runs of ours to group, and one recorded without ``diagnose``
+    has no speed-of-light numbers, so neither gets a diagnosis (nothing without evidence).
+    """
+    groups = list(dict.fromkeys((r.Annotation, r.ConfigId) for r in rows))
+    job = diagnose_run(path, diagnose=True, groups=groups, configs=[], floor_events=[], gpu=None)
+    return [d for d in job.diagnoses if d.ComputeThroughputPct is not None]
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} %"
+
+
+def _write_diagnoses(diagnoses: Sequence[Diagnosis]) -> None:
+    for d in diagnoses:
+        head = (
+            f"diagnosis {d.Annotation} c{d.ConfigId}: {d.Bound or 'unknown'}-bound; compute "
+            f"{_pct(d.ComputeThroughputPct)}, memory {_pct(d.MemoryThroughputPct)}, DRAM "
+            f"{_pct(d.DramPct)}, tensor {_pct(d.TensorPipePct)}"
+        )
+        if d.Headroom is not None:
+            head += f"; at most {d.Headroom:.2f}x by {d.HeadroomResource}"
+        sys.stdout.write(head + "\n")
+        if d.NextStep:
+            sys.stdout.write(f"  next: {d.NextStep}\n")
+        for r in d.Rules:
+            if r.Severity in ("optimization", "warning", "error"):
+                sys.stdout.write(f"  ncu {r.Rule} ({r.Severity}): {r.Title}\n")
+
+
 def _write_table(report: ExtractedReport, rows: Sequence[Row]) -> None:
     kind = "foreign report" if report.foreign else "nspy report"
     sys.stdout.write(
@@ -148,13 +181,16 @@ def _write_table(report: ExtractedReport, rows: Sequence[Row]) -> None:
             sys.stdout.write(f"- {row.Annotation} c{row.ConfigId} {row.Metric}: {why}\n")
 
 
-def _write_json(report: ExtractedReport, rows: Sequence[Row]) -> None:
+def _write_json(
+    report: ExtractedReport, rows: Sequence[Row], diagnoses: Sequence[Diagnosis]
+) -> None:
     doc = {
         "report": report.path,
         "foreign": report.foreign,
         "gpu": report.device.display_name,
         "metrics": list(report.metrics),
         "rows": [r.model_dump(mode="json") for r in rows],
+        "diagnoses": [d.model_dump(mode="json") for d in diagnoses],
     }
     sys.stdout.write(json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
@@ -188,10 +224,12 @@ def run_report(path: str, *, fmt: str, metrics: Sequence[str] | None = None) -> 
         sys.stderr.write(f"nspy-mcp report: {path}: {exc}\n")
         return 2
     rows = rows_from_report(report)
+    diagnoses = [] if report.foreign else diagnoses_from_report(Path(path), rows)
     if fmt == "json":
-        _write_json(report, rows)
+        _write_json(report, rows, diagnoses)
     elif fmt == "csv":
         _write_csv(rows)
     else:
         _write_table(report, rows)
+        _write_diagnoses(diagnoses)
     return 0

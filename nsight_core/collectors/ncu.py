@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from nsight_core.catalog import validate_metrics
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import extract_records
 from nsight_core.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
@@ -85,12 +86,14 @@ def build_ncu_command(
     report_path: str | Path,
     log_path: str | Path,
     target_argv: Sequence[str],
+    sections: Sequence[str] = (),
 ) -> list[str]:
     """The argv that profiles ``target_argv`` under ncu, keeping only our NVTX ranges.
 
     ``--target-processes all`` lets ncu follow a launcher into its child; ``-f`` overwrites a
     report left by an earlier attempt in the same job directory. ncu's own messages go to
-    ``log_path``, never to our stdout.
+    ``log_path``, never to our stdout. ``sections`` (``--section``, for ``diagnose``) add a
+    section's metrics and rules to the explicit ``--metrics``.
     """
     names = [m.strip() for m in metrics]
     if not names or any(not m or "," in m for m in names):
@@ -108,6 +111,7 @@ def build_ncu_command(
         NCU_NVTX_INCLUDE,
         "--metrics",
         ",".join(names),
+        *(arg for s in sections for arg in ("--section", s)),
         "--cache-control",
         _choice("cache_control", cache_control, CACHE_CONTROLS),
         "--clock-control",
@@ -241,9 +245,12 @@ class NcuBackend(Backend):
     def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
         ncu = require_ncu()
         report, log = out_dir / REPORT_FILE, out_dir / NCU_LOG_FILE
+        # diagnose (issue 15): ncu also collects the speed-of-light metrics and rules; rows
+        # still come from settings.metrics only (read_records), the rest feeds diagnose.py.
         command = build_ncu_command(
             ncu,
-            metrics=settings.metrics,
+            metrics=diagnose_metrics(settings.metrics) if settings.diagnose else settings.metrics,
+            sections=DIAGNOSE_SECTIONS if settings.diagnose else (),
             cache_control=settings.cache_control,
             clock_control=settings.clock_control,
             replay_mode=settings.replay_mode,
