@@ -1,0 +1,493 @@
+"""The `cupti` backend: kernel durations from CUPTI activity records, read inside the contestant.
+
+Child side (`CuptiTimer`, in the contestant only; ``cupti`` is imported there, never by the
+server): kernel, runtime-API and driver-API activity is enabled once; each timed call runs as
+
+    sync; flush L2; sync; t0 = cupti.get_timestamp(); fn(); sync; t1 = cupti.get_timestamp()
+    activity_flush_all(FLUSH_FORCED)
+
+and the call's kernels are those whose *launching API call* started in [t0, t1], matched by
+correlation id, on any stream and thread: the analogue of ncu keeping the kernels launched
+inside an NVTX range. The L2 flush is launched and finished before t0, so it never counts.
+A kernel whose launch record is missing is kept when its device start falls in [t0, t1].
+Memory copies and memsets are not kernels (ncu does not profile them either).
+
+Parent side (`CuptiBackend`): the judge turns each reply into samples (`call_samples`): one
+`cupti__time_duration.sum` sample per kernel, named, plus the call's union span of kernel
+time and its host-inclusive latency. `read_records` attributes them to the run, so
+`reduce_runs` folds the per-kernel samples with `kernels.combine` and `kernels.ignore` as it
+folds ncu's per-kernel records.
+
+API used (cupti-python 13.0, module ``cupti.cupti``, checked against its ``cupti.pyi``):
+``activity_register_callbacks(requested, completed)`` where ``requested()`` returns
+``(buffer_size, max_num_records)`` and ``completed(activities)`` receives record objects
+(NVIDIA's cupti-python samples, cupti_common.py; flashinfer's bench_gpu_time_with_cupti);
+``activity_enable(ActivityKind.X)``; ``activity_flush_all(flag)`` (1 = forced, as NVIDIA's
+samples flush); ``get_timestamp()`` on the same clock as the records (CUPTI docs:
+cuptiGetTimestamp). Kernel records (``ActivityKernel10``) carry ``name``, ``start``, ``end``,
+``stream_id``, ``correlation_id``, ``graph_id``; API records (``ActivityAPI``) carry
+``start``, ``end``, ``correlation_id``. Fields are copied out inside the callback, as every
+example does, since a record wraps a pointer into CUPTI's buffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fnmatch
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.collectors.events import Device
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.extract import KernelRecord
+from nsight_core.protocol import RunKey, SampleEvent
+from nsight_core.results import Failure
+from nsight_core.settings import JobSettings
+
+CUPTI_DURATION = "cupti__time_duration.sum"
+"""One kernel's duration (end - start of its activity record), ns; folded per call by
+``kernels.combine`` like ncu's gpu__time_duration.sum."""
+CUPTI_SPAN = "cupti__kernel_span"
+"""Union of the (not ignored) kernels' [start, end] intervals of one call, ns: device time
+with overlap counted once, whatever ``combine`` says."""
+CUPTI_LATENCY = "cupti__call_latency"
+"""Host-inclusive time of one call, ns: launch overhead, Python and GPU work, up to the end
+of the synchronization after it (L2 flush excluded)."""
+CUPTI_METRICS = (CUPTI_DURATION, CUPTI_SPAN, CUPTI_LATENCY)
+
+BUFFER_BYTES = 4 << 20
+"""Per activity buffer. A call makes a few hundred records of ~200 B; a full buffer is
+handed over and another requested, so this only sets how often that happens."""
+FLUSH_FORCED = 1
+"""CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: hand over partly filled buffers too (after a device
+synchronization every record of the call is complete)."""
+
+
+# -- pure parts (tested on CPU) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelActivity:
+    """What is kept of one kernel record (copied out of CUPTI's buffer)."""
+
+    name: str
+    start: int
+    end: int
+    stream: int
+    correlation_id: int
+    graph_id: int = 0
+
+
+@dataclass(frozen=True)
+class ApiActivity:
+    """What is kept of one runtime/driver API record: when the launch call ran on the host."""
+
+    start: int
+    end: int
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class KernelSpan:
+    """One kernel of a timed call, as the contestant reports it (base name, device times)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    stream: int
+
+
+class KernelLike(Protocol):
+    """What `call_samples` reads of a kernel: `KernelSpan` here, the reply's model there."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def start_ns(self) -> int: ...
+    @property
+    def end_ns(self) -> int: ...
+    @property
+    def stream(self) -> int: ...
+
+
+def kernels_in_window(
+    kernels: Sequence[KernelActivity], apis: Sequence[ApiActivity], t0: int, t1: int
+) -> list[KernelActivity]:
+    """The kernels launched inside [t0, t1] (host clock), in order of device start.
+
+    A kernel belongs to the call when an API record with its correlation id started inside
+    the window; without any API record of that id, when its device start lies inside it.
+    """
+    inside = {a.correlation_id for a in apis if t0 <= a.start <= t1}
+    known = {a.correlation_id for a in apis}
+    kept = [
+        k
+        for k in kernels
+        if k.correlation_id in inside or (k.correlation_id not in known and t0 <= k.start <= t1)
+    ]
+    return sorted(kept, key=lambda k: (k.start, k.end, k.correlation_id))
+
+
+def incomplete(kernels: Sequence[KernelActivity]) -> list[KernelActivity]:
+    """Records without usable timestamps (CUPTI writes 0 when it could not collect them)."""
+    return [k for k in kernels if k.start <= 0 or k.end <= 0 or k.end < k.start]
+
+
+def union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+    """Total length of the union of [start, end] intervals: concurrent kernels count once."""
+    total, cur_start, cur_end = 0, None, None
+    for start, end in sorted(intervals):
+        if cur_end is None or cur_start is None or start > cur_end:
+            if cur_end is not None and cur_start is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None and cur_start is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def _matching_close(text: str, close_at: int, open_ch: str, close_ch: str) -> int:
+    """Index of the bracket that opens the one closing at ``close_at``; -1 if unbalanced."""
+    depth = 0
+    for i in range(close_at, -1, -1):
+        if text[i] == close_ch:
+            depth += 1
+        elif text[i] == open_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def base_name(demangled: str) -> str:
+    """ncu's function-name base of a demangled signature: no return type, scope, template
+    arguments or parameters ('void at::native::(anonymous namespace)::f<4, float>(float*)'
+    -> 'f'). A plain C name (Triton's) comes back unchanged."""
+    s = demangled.strip()
+    for suffix in (" const", " volatile", " &&", " &"):
+        s = s.removesuffix(suffix)
+    if s.endswith(")"):
+        i = _matching_close(s, len(s) - 1, "(", ")")
+        if i > 0:
+            s = s[:i].rstrip()
+    if s.endswith(">"):
+        i = _matching_close(s, len(s) - 1, "<", ">")
+        if i > 0:
+            s = s[:i].rstrip()
+    depth, cut = 0, 0
+    for i, ch in enumerate(s):
+        if ch in "(<":
+            depth += 1
+        elif ch in ")>":
+            depth -= 1
+        elif depth == 0 and (ch == " " or (ch == ":" and s[i - 1 : i] == ":")):
+            cut = i + 1
+    return s[cut:] or demangled
+
+
+@lru_cache(maxsize=1)
+def _cxa_demangle() -> Callable[[str], str | None]:
+    """libstdc++'s demangler through ctypes (already loaded by torch in the contestant)."""
+    try:
+        lib = ctypes.CDLL("libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return lambda _name: None
+    fn = lib.__cxa_demangle
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_int),
+    ]
+    free = libc.free
+    free.argtypes = [ctypes.c_void_p]
+    free.restype = None
+
+    def demangle(name: str) -> str | None:
+        status = ctypes.c_int(-1)
+        ptr = fn(name.encode(), None, None, ctypes.byref(status))
+        if not ptr:
+            return None
+        try:
+            return ctypes.string_at(ptr).decode(errors="replace") if status.value == 0 else None
+        finally:
+            free(ptr)
+
+    return demangle
+
+
+@lru_cache(maxsize=4096)
+def kernel_name(raw: str) -> str:
+    """The name rows show for a CUPTI kernel name: demangled, then reduced to ncu's base."""
+    demangled = _cxa_demangle()(raw) if raw.startswith("_Z") else None
+    return base_name(demangled or raw)
+
+
+def call_samples(
+    key: RunKey,
+    latency_ns: float,
+    kernels: Sequence[KernelLike],
+    ignore: Sequence[str] = (),
+) -> list[SampleEvent]:
+    """The judge's samples for one timed call: one duration per kernel, then the span of
+    the kernels the ignore globs keep, then the call's latency."""
+
+    def sample(metric: str, value: float, kernel: str | None = None) -> SampleEvent:
+        return SampleEvent(
+            annotation=key.annotation,
+            config_id=key.config_id,
+            run=key.run,
+            metric=metric,
+            value=value,
+            unit="ns",
+            kernel=kernel,
+        )
+
+    out = [sample(CUPTI_DURATION, float(k.end_ns - k.start_ns), k.name) for k in kernels]
+    kept = [k for k in kernels if not any(fnmatch.fnmatchcase(k.name, p) for p in ignore)]
+    if kept:
+        out.append(sample(CUPTI_SPAN, float(union_ns([(k.start_ns, k.end_ns) for k in kept]))))
+    out.append(sample(CUPTI_LATENCY, float(latency_ns)))
+    return out
+
+
+def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[str]) -> Records:
+    """Per-kernel samples -> records, one launch (``seq``) per kernel sample.
+
+    A per-call sample (span, latency: no kernel name) is filed under the call's first kernel
+    that the ignore globs keep, so it adds no launch to the run's kernel count and survives
+    the same globs; a call without kernels files none (the run is then 'no_kernels', as
+    under ncu). Two per-call samples of one metric for a run refuse the run.
+    """
+    by_run: dict[RunKey, list[tuple[int, SampleEvent]]] = {}
+    for seq, s in enumerate(samples):
+        by_run.setdefault(RunKey(s.annotation, s.config_id, s.run), []).append((seq, s))
+    records: list[KernelRecord] = []
+    failures: list[Failure] = []
+    for key, items in by_run.items():
+        launches = [(seq, s) for seq, s in items if s.kernel is not None]
+        kept = [
+            (seq, s)
+            for seq, s in launches
+            if not any(fnmatch.fnmatchcase(s.kernel or "", p) for p in ignore)
+        ]
+        anchor = (kept or launches)[0] if launches else None
+        per_call = [s for _seq, s in items if s.kernel is None]
+        metrics = [s.metric for s in per_call]
+        twice = sorted({m for m in metrics if metrics.count(m) > 1})
+        if twice:
+            failures.append(
+                Failure(
+                    Annotation=key.annotation,
+                    ConfigId=key.config_id,
+                    Run=key.run,
+                    ErrorClass=ErrorClass.PROFILER_ERROR,
+                    Error=f"two {', '.join(twice)} samples arrived for run {key.run}; "
+                    "the run is refused",
+                )
+            )
+            continue
+        for seq, s in launches:
+            name = s.kernel or ""
+            records.append(KernelRecord(key, name, name, s.metric, s.value, s.unit, seq))
+        if anchor is not None:
+            seq, first = anchor
+            name = first.kernel or ""
+            records += [
+                KernelRecord(key, name, name, s.metric, s.value, s.unit, seq) for s in per_call
+            ]
+    return Records(records, list(CUPTI_METRICS), None, failures)
+
+
+# -- child side: the timer in the contestant ----------------------------------------------
+
+
+def _sync_all() -> None:
+    """Wait for every framework's GPU work (torch if CUDA is initialized, cupy if imported)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with contextlib.suppress(Exception):  # no device: nothing to wait for
+            cupy.cuda.Device().synchronize()
+
+
+@dataclass
+class CuptiTimer:
+    """Kernel activity of each timed call; `start` once per contestant, then `time_call`."""
+
+    _cupti: Any = field(default=None, repr=False)
+    _kernels: list[KernelActivity] = field(default_factory=list, repr=False)
+    _apis: list[ApiActivity] = field(default_factory=list, repr=False)
+    _errors: list[str] = field(default_factory=list, repr=False)
+    _kernel_kinds: frozenset[int] = frozenset()
+    _api_kinds: frozenset[int] = frozenset()
+
+    def start(self) -> None:
+        """Import cupti and enable kernel and launch-API activity for the whole process.
+
+        Call before candidate code is imported (and before Landlock confinement, since the
+        import loads libcupti): CUPTI then sees every launch, including the first ones.
+        """
+        from cupti import cupti  # the contestant's import; the server never does this
+
+        kinds = cupti.ActivityKind
+        self._cupti = cupti
+        self._kernel_kinds = frozenset({int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)})
+        self._api_kinds = frozenset({int(kinds.RUNTIME), int(kinds.DRIVER)})
+        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        for kind in (kinds.CONCURRENT_KERNEL, kinds.RUNTIME, kinds.DRIVER):
+            cupti.activity_enable(kind)
+
+    def stop(self) -> None:
+        """Flush and disable (the contestant's exit; harmless when never started)."""
+        if self._cupti is None:
+            return
+        cupti, self._cupti = self._cupti, None
+        kinds = cupti.ActivityKind
+        cupti.activity_flush_all(FLUSH_FORCED)
+        for kind in (kinds.CONCURRENT_KERNEL, kinds.RUNTIME, kinds.DRIVER):
+            cupti.activity_disable(kind)
+
+    @staticmethod
+    def _buffer_requested() -> tuple[int, int]:
+        return BUFFER_BYTES, 0  # 0: as many records as fit
+
+    def _buffer_completed(self, activities: Sequence[Any]) -> None:
+        # May run on a CUPTI thread: only appends (atomic under the GIL), never raises.
+        try:
+            for a in activities:
+                kind = int(a.kind)
+                if kind in self._kernel_kinds:
+                    name = a.name
+                    if isinstance(name, bytes):
+                        name = name.decode(errors="replace")
+                    self._kernels.append(
+                        KernelActivity(
+                            name=str(name),
+                            start=int(a.start),
+                            end=int(a.end),
+                            stream=int(a.stream_id),
+                            correlation_id=int(a.correlation_id),
+                            graph_id=int(getattr(a, "graph_id", 0) or 0),
+                        )
+                    )
+                elif kind in self._api_kinds:
+                    self._apis.append(ApiActivity(int(a.start), int(a.end), int(a.correlation_id)))
+        except Exception as exc:
+            self._errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _take(self) -> tuple[list[KernelActivity], list[ApiActivity]]:
+        kernels, apis = self._kernels, self._apis
+        self._kernels, self._apis = [], []
+        return kernels, apis
+
+    def time_call(
+        self, device: Device, fn: Callable[[], Any]
+    ) -> tuple[Any, float, list[KernelSpan]]:
+        """Run ``fn`` once: (its result, host-inclusive ns, its kernels in start order)."""
+        cupti = self._cupti
+        if cupti is None:
+            raise NsightCoreError(
+                ErrorClass.PROFILER_ERROR,
+                "the cupti timer was not started in this contestant",
+                "report this: the contestant must call CuptiTimer.start() first",
+            )
+        _sync_all()
+        cupti.activity_flush_all(FLUSH_FORCED)  # drop what the harness did since last call
+        self._take()
+        device.flush_l2()
+        _sync_all()  # the flush kernel ends before the window opens
+        t0 = int(cupti.get_timestamp())
+        out = fn()
+        _sync_all()
+        t1 = int(cupti.get_timestamp())
+        cupti.activity_flush_all(FLUSH_FORCED)
+        kernels, apis = self._take()
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise NsightCoreError(
+                ErrorClass.PROFILER_ERROR,
+                f"reading CUPTI activity records failed: {'; '.join(errors[:3])}",
+                "check that cupti-python fits the driver (check_environment)",
+            )
+        mine = kernels_in_window(kernels, apis, t0, t1)
+        bad = incomplete(mine)
+        if bad:
+            raise NsightCoreError(
+                ErrorClass.PROFILER_ERROR,
+                f"CUPTI gave no timestamps for {len(bad)} kernel(s) of this call "
+                f"({', '.join(sorted({k.name for k in bad})[:3])})",
+                "run again; if it persists, use backend 'ncu' or 'events'",
+            )
+        spans = [KernelSpan(kernel_name(k.name), k.start, k.end, k.stream) for k in mine]
+        return out, float(t1 - t0), spans
+
+
+# -- parent side --------------------------------------------------------------------------
+
+
+CUPTI_INSTALL_HINT = (
+    "install cupti-python in the server's Python environment: pip install 'nspy-mcp[cupti]' "
+    "(13.0.x for CUDA 13.0 drivers, 12.8.0 for CUDA 12 drivers); check_environment says "
+    "which fits; meanwhile use backend 'events' (or 'ncu' where counters are allowed)"
+)
+
+
+class CuptiBackend(Backend):
+    """CUPTI kernel activity of each call, read inside the contestant."""
+
+    name = "cupti"
+    evidence = "in_process"
+    child_timer = "cupti"  # type: ignore[assignment,unused-ignore]  # until ChildTimer has it
+    default_metric = CUPTI_DURATION
+    any_metric = False
+    settings_apply = False
+
+    def preflight(self, settings: JobSettings) -> None:
+        """Time-only settings (the base checks), then cupti-python present and fitting."""
+        super().preflight(settings)
+        if importlib.util.find_spec("cupti") is None:
+            raise NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                "backend 'cupti' needs cupti-python, which is not installed in the Python "
+                f"that runs contestants ({sys.executable})",
+                CUPTI_INSTALL_HINT,
+            )
+        from nsight_core.probe import probe_environment
+
+        status = probe_environment().backend("cupti")
+        if not status.available:
+            raise NsightCoreError(
+                ErrorClass.NO_GPU
+                if "no NVIDIA GPU" in status.reason
+                else ErrorClass.INVALID_REQUEST,
+                f"backend 'cupti' cannot run here: {status.reason}",
+                CUPTI_INSTALL_HINT,
+            )
+
+    def measures(self, settings: JobSettings) -> list[str]:
+        return list(CUPTI_METRICS)
+
+    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+        return Wrapped(list(argv))
+
+    def read_records(
+        self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
+    ) -> Records:
+        return records_from_cupti_samples(samples, settings.kernels.ignore)
+
+
+CUPTI = register(CuptiBackend())
