@@ -37,6 +37,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from nsight_core.annotation import RunContext, end_range, set_run_context, start_range
 from nsight_core.check import aliased, mutated, snapshot_inputs
+from nsight_core.collectors.cupti import CuptiTimer
 from nsight_core.collectors.events import Device, detect_device, start_timer
 from nsight_core.errors import ErrorClass, NsightCoreError, WorkerExit
 from nsight_core.exchange import SlotTable
@@ -54,6 +55,7 @@ from nsight_core.protocol import (
     FailureEvent,
     HelloMsg,
     JudgeMsg,
+    KernelTiming,
     Phase,
     ProgressEvent,
     RangeEvent,
@@ -162,9 +164,15 @@ def _die_with_judge(sock: socket.socket) -> None:
 class Contestant:
     """Request mode: import the annotations, then call them as the judge says."""
 
-    def __init__(self, job: ContestantJob, not_confined: str | None = None) -> None:
+    def __init__(
+        self,
+        job: ContestantJob,
+        not_confined: str | None = None,
+        cupti: CuptiTimer | None = None,
+    ) -> None:
         self.job = job
         self.not_confined = not_confined
+        self._cupti = cupti
         self.fns: dict[str, Callable[..., Any]] = {}
         self.slots = SlotTable()
         self.device: Device | None = None
@@ -240,10 +248,18 @@ class Contestant:
         snap = snapshot_inputs((args, kwargs)) if self.job.check_mutation else None
         phase: Phase = "profile" if run is not None else "warmup"
         ns: float | None = None
+        kernels: list[KernelTiming] = []
         try:
             if run is None:
                 out = fn(*args, **kwargs)
                 sync_all()
+            elif self.job.child_timer == "cupti":
+                assert self._cupti is not None
+                out, ns, spans = self._cupti.time_call(self.device, lambda: fn(*args, **kwargs))
+                kernels = [
+                    KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
+                    for k in spans
+                ]
             elif self.job.child_timer == "clock":
                 out, ns = self._time_call(self.device, lambda: fn(*args, **kwargs))
             else:
@@ -272,6 +288,7 @@ class Contestant:
             ok=True,
             output=node,
             ns=ns,
+            kernels=kernels,
             reasons=reasons,
             integrity=self._new_changes(),
             device=self.device.name if self.device else None,
@@ -449,8 +466,12 @@ def main(argv: list[str]) -> int:
     preload_frameworks()
     if cjob.child_timer == "range":
         import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
+    timer: CuptiTimer | None = None
+    if cjob.child_timer == "cupti":
+        timer = CuptiTimer()
+        timer.start()  # loads libcupti: before confinement and before any candidate import
     not_confined = confine(cjob)  # before any candidate code and before any thread
-    return Contestant(cjob, not_confined).serve()
+    return Contestant(cjob, not_confined, timer).serve()
 
 
 if __name__ == "__main__":

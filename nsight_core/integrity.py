@@ -40,6 +40,8 @@ WATCHED_MODULES = (
     "nvtx",
     "nsight_core.collectors.events",
     "nsight_core.collectors.events.Device",
+    "nsight_core.collectors.cupti",
+    "nsight_core.collectors.cupti.CuptiTimer",
     "nsight_core.contestant",
     "nsight_core.exchange",
     "nsight_core.exchange.SlotTable",

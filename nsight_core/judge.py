@@ -38,6 +38,7 @@ from pydantic import TypeAdapter, ValidationError
 from nsight_core.check import clone_args, same_result
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
+from nsight_core.collectors.cupti import call_samples
 from nsight_core.contestant import (
     EventWriter,
     failure_event,
@@ -70,6 +71,7 @@ from nsight_core.protocol import (
     ProgressEvent,
     RangeEvent,
     ReplyMsg,
+    RunKey,
     SampleEvent,
     SlotSpec,
     SuspectEvent,
@@ -470,7 +472,11 @@ class Judge:
                 return
         if run is not None:
             st.pending[ann].append(RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=True))
-            if reply.ns is not None:
+            if self.backend.child_timer == "cupti" and reply.ns is not None:
+                key = RunKey(ann, st.cid, run)
+                ignore = self.settings.kernels.ignore
+                st.pending[ann] += call_samples(key, reply.ns, reply.kernels, ignore)
+            elif reply.ns is not None:
                 st.pending[ann].append(
                     SampleEvent(
                         annotation=ann,

@@ -27,10 +27,9 @@ from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import (
     EVENTS_FILE,
+    JOB_ARTIFACTS,
     NCU_LOG_FILE,
     REPORT_FILE,
-    STDERR_FILE,
-    STDOUT_FILE,
     WorkerJob,
 )
 from nsight_core.request import ProfileRequest
@@ -63,7 +62,7 @@ def confine_contestant(backend: Backend) -> Literal["on", "off", "cpu-only"]:
     wanted = os.environ.get(CONFINE_ENV, "").strip()
     if wanted in ("0", "1"):
         return "on" if wanted == "1" else "off"
-    if backend.child_timer == "clock" and landlock_abi() > 0:
+    if backend.child_timer in ("clock", "cupti") and landlock_abi() > 0:
         return "cpu-only"
     return "off"
 
@@ -180,14 +179,7 @@ def run_worker(
             error = own
     artifacts = {
         name: str(job_dir / fname)
-        for name, fname in (
-            ("events", EVENTS_FILE),
-            ("report", REPORT_FILE),
-            ("ncu_log", NCU_LOG_FILE),
-            ("stdout", STDOUT_FILE),
-            ("stderr", STDERR_FILE),
-            ("judge_stderr", f"{JUDGE_DIR}/{STDERR_FILE}"),
-        )
+        for name, fname in JOB_ARTIFACTS.items()
         if (job_dir / fname).exists()
     }
     return WorkerRun(

@@ -43,6 +43,17 @@ EVENTS_FILE = "events.jsonl"
 REPORT_FILE = "report.ncu-rep"
 NCU_LOG_FILE = "ncu.log"
 
+JOB_ARTIFACTS = {
+    "events": EVENTS_FILE,
+    "report": REPORT_FILE,
+    "ncu_log": NCU_LOG_FILE,
+    "stdout": STDOUT_FILE,
+    "stderr": STDERR_FILE,
+    "judge_stderr": "judge/" + STDERR_FILE,
+}
+"""Files a job may leave in its directory (name -> path in it); listed in a result's
+artifacts when present. The pipeline and the store both read this one list."""
+
 _RANGE_RE = re.compile(r"^c(?P<config>\d+):r(?P<run>\d+):(?P<annotation>.+)$", re.DOTALL)
 
 
@@ -95,7 +106,7 @@ class WorkerJob(_Msg):
     )
     seed: int = 0
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
-    child_timer: Literal["range", "clock"] = "range"
+    child_timer: Literal["range", "clock", "cupti"] = "range"
     confine: Literal["on", "off", "cpu-only"] = "off"
     """Confine the contestant's file access (decided by the pipeline, see pipeline.py)."""
     cuda_ipc: bool = True
@@ -279,7 +290,7 @@ class ContestantJob(_Msg):
     workdir: str
     source_file: str | None = None
     socket_path: str
-    child_timer: Literal["range", "clock"]
+    child_timer: Literal["range", "clock", "cupti"]
     check_mutation: bool = True
     check_aliasing: bool = True
     confine: Literal["on", "off", "cpu-only"] = "off"
@@ -318,12 +329,26 @@ class HelloMsg(_Msg):
     notes: list[str] = Field(default_factory=list)
 
 
+class KernelTiming(_Msg):
+    """One kernel of a timed call under the cupti timer (device clock, ns)."""
+
+    name: str = Field(description="Function name, as ncu's Kernel column shows it.")
+    start_ns: int
+    end_ns: int
+    stream: int
+
+
 class ReplyMsg(_Msg):
     type: Literal["reply"] = "reply"
     nonce: str
     ok: bool
     output: Node | None = None
-    ns: float | None = Field(None, description="In-process time of the call (clock timer).")
+    ns: float | None = Field(
+        None, description="In-process time of the call (clock timer; host-inclusive for cupti)."
+    )
+    kernels: list[KernelTiming] = Field(
+        default_factory=list, description="The call's kernels (cupti timer), in start order."
+    )
     failure: FailureEvent | None = None
     reasons: list[str] = Field(default_factory=list)
     """Structural findings of the contestant's harness (mutated or aliased inputs)."""

@@ -38,7 +38,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,17 +47,13 @@ import platformdirs
 from jsonschema.validators import validator_for  # type: ignore[import-untyped, unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field
 
+from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.protocol import (
-    EVENTS_FILE,
-    EVENTS_METRIC,
-    NCU_LOG_FILE,
-    REPORT_FILE,
-    STDERR_FILE,
-    STDOUT_FILE,
-)
+from nsight_core.manifest import result_manifest
+from nsight_core.protocol import JOB_ARTIFACTS
 from nsight_core.request import ProfileRequest
-from nsight_core.results import Failure, JobStatus, ProfileResult
+from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
+from nsight_core.settings import JobSettings
 
 try:  # POSIX: owner locks; elsewhere a cut-off job is only detected by its owner's pid.
     import fcntl
@@ -79,21 +75,13 @@ INDEX_FILE = "index.sqlite3"
 MANIFEST_FILE = "manifest.json"
 RESULT_FILE = "result.json"
 LOCK_FILE = ".owner.lock"
-MANIFEST_FORMAT = 1
 
 RESULT_ID_PATTERN = r"^r\d{8}T\d{9}-[0-9a-f]{8}$"
 """'r', UTC date, 'T', time to the millisecond, '-', 8 random hex digits: ids sort by time."""
 _RESULT_ID_LEN = 28
 _RESULT_ID_RE = re.compile(RESULT_ID_PATTERN)
 
-_ENGINE_FILES = {
-    "events": EVENTS_FILE,
-    "report": REPORT_FILE,
-    "ncu_log": NCU_LOG_FILE,
-    "stdout": STDOUT_FILE,
-    "stderr": STDERR_FILE,
-}
-"""Files the engine may leave in a job directory, listed in a result's artifacts if present."""
+_ENGINE_FILES = JOB_ARTIFACTS
 
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
@@ -234,14 +222,6 @@ def new_result_id(now: datetime) -> str:
     return f"r{stamp}-{secrets.token_hex(4)}"
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(dt: datetime) -> str:
-    return dt.isoformat(timespec="milliseconds")
-
-
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old file or the new one, never a mix."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
@@ -293,9 +273,7 @@ def _headlines(result: ProfileResult, request: ProfileRequest) -> list[str]:
 
 
 def _measured_metrics(request: ProfileRequest) -> list[str]:
-    if request.backend == "events":
-        return [EVENTS_METRIC]
-    return list(request.metrics)
+    return get_backend(request.backend).measures(JobSettings.of_request(request))
 
 
 class ResultStore:
@@ -400,16 +378,7 @@ class ResultStore:
         rdir = self.root / result.result_id
         write_atomic(rdir / RESULT_FILE, result.model_dump_json(indent=1))
         manifest = {
-            "format": MANIFEST_FORMAT,
-            "result_id": result.result_id,
-            "status": result.status,
-            "created_at": result.created_at,
-            "finished_at": result.finished_at,
-            "request": request.model_dump(mode="json"),
-            "provenance": (
-                result.provenance.model_dump(mode="json") if result.provenance else None
-            ),
-            "artifacts": result.artifacts,
+            **result_manifest(result, request),
             "owner": {"host": socket.gethostname(), "pid": os.getpid()},
         }
         write_atomic(rdir / MANIFEST_FILE, json.dumps(manifest, indent=1))

@@ -31,9 +31,10 @@ from nsight_core.settings import JobSettings
 if TYPE_CHECKING:  # only for annotations: sandbox.py stays out of the import graph here
     from nsight_core.sandbox import SandboxOutcome
 
-ChildTimer = Literal["range", "clock"]
+ChildTimer = Literal["range", "clock", "cupti"]
 """'range': the contestant opens one NVTX range per timed call and an external profiler
-measures it; 'clock': the contestant times the call itself (CUDA events or a host clock)."""
+measures it; 'clock': the contestant times the call itself (CUDA events or a host clock);
+'cupti': the contestant reads CUPTI kernel activity of the call (collectors/cupti.py)."""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.events import Device
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord
+from nsight_core.probe import probe_environment
 from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.results import Failure
 from nsight_core.settings import JobSettings
@@ -466,8 +467,6 @@ class CuptiBackend(Backend):
                 f"that runs contestants ({sys.executable})",
                 CUPTI_INSTALL_HINT,
             )
-        from nsight_core.probe import probe_environment
-
         status = probe_environment().backend("cupti")
         if not status.available:
             raise NsightCoreError(
