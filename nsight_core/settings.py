@@ -24,6 +24,9 @@ class JobSettings:
     warmup: int = 1
     time_limit_s: float = 600.0
     check_enabled: bool = True
+    gpu: str | None = None
+    """CUDA_VISIBLE_DEVICES for the job's processes (an index or a UUID): the one GPU the
+    scheduler gave it; None leaves the server's own setting."""
 
     @property
     def replay_mode(self) -> str:
