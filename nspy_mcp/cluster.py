@@ -289,6 +289,9 @@ class DaskExecutor:
                     return await anyio.to_thread.run_sync(self._unpack, job, seen, answer)
                 if answer == "cancelled":
                     return None if not job.started else self._cancelled(job)
+                if answer.startswith("error: "):
+                    why = f"the job's Dask task failed: {answer.removeprefix('error: ')}"
+                    return self._ended(job, ErrorClass.CRASHED, why, "failed", hint=_TASK_HINT)
                 if len(seen.lost) >= 2 or answer == "no_worker":
                     return self._lost(job, seen)
                 # Dask gave up on the task after its worker died: send it once more.
@@ -305,7 +308,8 @@ class DaskExecutor:
         self, job: Job, queue: JobQueue, seen: _Attempts, msg: dict[str, Any]
     ) -> None:
         if msg.get("kind") == "progress":
-            queue.progress(job, ProgressEvent.model_validate(msg["event"]))
+            job.tracker.update(ProgressEvent.model_validate(msg["event"]))
+            job.notify()  # on the event loop already: not queue.progress (a thread's way in)
             return
         if msg.get("kind") != "started":
             return
@@ -329,44 +333,55 @@ class DaskExecutor:
     async def _follow(
         self, job: Job, queue: JobQueue, seen: _Attempts, future: Any, cancel_flag: Any
     ) -> dict[str, Any] | str:
-        """The task's answer, or why there is none: 'cancelled', 'lost', 'no_worker'."""
+        """The task's answer, or why there is none: 'cancelled', 'lost', 'no_worker',
+        'error: ...' (the task raised: a worker without nspy-mcp, say)."""
         from distributed.scheduler import KilledWorker
 
         while True:
             if job.cancel.is_set():
-                await cancel_flag.set()
-                if not job.started:
-                    await self._client.cancel(future)
-                    return "cancelled"
-                with anyio.move_on_after(CANCEL_GRACE_S):
-                    got: dict[str, Any] = await future
-                    return got
-                await self._client.cancel(future)
-                return "cancelled"
+                return await self._cancel(job, future, cancel_flag)
             if future.done():
                 try:
-                    got = await future
+                    got: dict[str, Any] = await future
                     return got
                 except KilledWorker:
                     if seen.worker is not None and seen.worker not in seen.lost:
                         self._lose(job, queue, seen, seen.worker)
                     return "lost"
-            workers = await self._workers()
-            if seen.worker is not None and seen.worker not in seen.lost:
-                address = seen.worker.split(" ", 1)[0]
-                if address not in workers:
-                    self._lose(job, queue, seen, seen.worker)
-                    if len(seen.lost) >= 2:
-                        await self._client.cancel(future)
-                        return "lost"
-            stranded = seen.lost_at is not None and not any(
-                res.get(RESOURCE, 0) >= 1 for res in workers.values()
-            )
-            if stranded and anyio.current_time() - (seen.lost_at or 0) > self.no_worker_wait_s:
+                except Exception as exc:
+                    return f"error: {type(exc).__name__}: {exc}"
+            why = await self._check_workers(job, queue, seen)
+            if why is not None:
+                await cancel_flag.set()
                 await self._client.cancel(future)
-                return "no_worker"
+                return why
             with anyio.move_on_after(POLL_S):
                 await job.wait_change(job.version)
+
+    async def _cancel(self, job: Job, future: Any, cancel_flag: Any) -> dict[str, Any] | str:
+        """Stop the job: dequeue it, or have its worker kill its process group and answer."""
+        await cancel_flag.set()
+        if job.started:
+            with anyio.move_on_after(CANCEL_GRACE_S):
+                got: dict[str, Any] = await future
+                return got
+        await self._client.cancel(future)
+        return "cancelled"
+
+    async def _check_workers(self, job: Job, queue: JobQueue, seen: _Attempts) -> str | None:
+        """'lost' after a second lost worker; 'no_worker' when none with a GPU is left."""
+        workers = await self._workers()
+        current = seen.worker
+        if current is not None and current not in seen.lost and current.split()[0] not in workers:
+            self._lose(job, queue, seen, current)
+        if len(seen.lost) >= 2:
+            return "lost"
+        stranded = seen.lost_at is not None and not any(
+            res.get(RESOURCE, 0) >= 1 for res in workers.values()
+        )
+        if stranded and anyio.current_time() - (seen.lost_at or 0) > self.no_worker_wait_s:
+            return "no_worker"
+        return None
 
     async def _workers(self) -> dict[str, dict[str, float]]:
         """Live workers' addresses and the resources they offer."""
@@ -438,6 +453,9 @@ class DaskExecutor:
         )
 
 
+_TASK_HINT = (
+    "the workers need nspy-mcp installed, the same version as this server; see the workers' logs"
+)
 _LOST_HINT = (
     "a worker process died or left the cluster while it ran the job (out of host memory, "
     "killed, or its host went down); look at the workers' logs, then run the job again"
