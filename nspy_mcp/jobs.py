@@ -1,13 +1,18 @@
-"""The job queue behind `profile_candidates`: one job at a time per device, cancellable.
+"""The job queue behind `profile_candidates`: one job at a time per GPU, cancellable.
 
 Contract:
 
-- `JobQueue.submit` runs the engine's preflight (bad metrics, missing ncu, no GPU raise
-  `NsightCoreError` before anything is queued), registers the job in the store and starts it
-  in the task group of the server's lifespan, so a job outlives the call that started it.
-- Jobs on one device key run one at a time: an `anyio.Lock` per key inside this server, and
-  an ``flock`` on a per-key lock file so nspy-mcp servers in other processes of this user
-  wait too. The key is ``gpu-<index>`` when a GPU is visible, else ``cpu`` (events jobs).
+- `JobQueue.submit` asks the executor to check the request (the engine's preflight: bad
+  metrics, missing ncu, no GPU; an unknown `device`) and raises `NsightCoreError` before
+  anything is queued; then it registers the job in the store and starts it in the task
+  group of the server's lifespan, so a job outlives the call that started it.
+- Executors decide where a job runs. `LocalExecutor` (the default) uses this host's GPUs
+  through `DeviceLocks`: one lock per GPU (listed from NVML as CUDA_VISIBLE_DEVICES leaves
+  them; one ``cpu`` slot on a host without a GPU), an ``flock`` per GPU so nspy-mcp servers
+  in other processes of this user wait too, waiting jobs served in order, a free idle GPU
+  preferred to one that other processes use, a named `device` honoured. The job's processes
+  see only its GPU (CUDA_VISIBLE_DEVICES), and its rows record the GPU's index, UUID and
+  name. `nspy_mcp.cluster.DaskExecutor` sends jobs to a Dask cluster instead.
 - The engine (`nsight_core.pipeline.run_profile_job`) is synchronous; it runs in a worker
   thread and is stopped only through its ``cancel`` event, on which it kills the job's
   process group. A job's store record ends as done, failed or cancelled in every case,
