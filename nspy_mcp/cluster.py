@@ -45,7 +45,7 @@ from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
-from nsight_core.store import MANIFEST_FILE, RESULT_FILE
+from nsight_core.store import LOCK_FILE, MANIFEST_FILE, RESULT_FILE
 from nspy_mcp.jobs import CANCEL_GRACE_S, GpuSlot, Job, JobQueue, discover_slots, with_gpu
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ NO_WORKER_WAIT_S = 60.0
 """After losing a worker: how long the job waits for any worker offering a GPU."""
 
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache"}
-_STORE_FILES = {RESULT_FILE, MANIFEST_FILE, "request.json"}
+_STORE_FILES = {RESULT_FILE, MANIFEST_FILE, LOCK_FILE}
 
 
 def parse_executor(spec: str | None) -> str | None:
