@@ -12,6 +12,7 @@ Statistics are computed in this process, from the report or from raw per-run sam
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -86,8 +87,12 @@ def run_profile_job(
     result_id: str,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
+    gpu: str | None = None,
 ) -> ProfileResult:
-    """Check and profile `request` in a fresh judge and contestant; never raises for job failures."""
+    """Check and profile `request` in a fresh judge and contestant; never raises for job failures.
+
+    `gpu` (an index or UUID) becomes the job's CUDA_VISIBLE_DEVICES: the one GPU it may use.
+    """
     created = iso(utc_now())
     try:
         preflight(request)
@@ -117,9 +122,8 @@ def run_profile_job(
         confine=confine_contestant(get_backend(request.backend)),
         cuda_ipc=os.environ.get(TRANSPORT_ENV, "ipc").strip() != "host",
     )
-    run = run_worker(
-        job, job_dir, JobSettings.of_request(request), on_progress=on_progress, cancel=cancel
-    )
+    settings = dataclasses.replace(JobSettings.of_request(request), gpu=gpu)
+    run = run_worker(job, job_dir, settings, on_progress=on_progress, cancel=cancel)
     return assemble_result(request, run, result_id=result_id, created_at=created)
 
 
@@ -153,7 +157,7 @@ def run_worker(
         argv,
         cwd=job_dir,
         limits=SandboxLimits(wall_s=wall),
-        env={"PYTHONPATH": pythonpath, **jit_cache_env()},
+        env={"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(settings.gpu)},
         cancel=cancel,
         poll=tail.poll,
         output_dir=output_dir,
@@ -192,6 +196,11 @@ def run_worker(
         wall_s=wall_s,
         artifacts=artifacts,
     )
+
+
+def gpu_env(gpu: str | None) -> dict[str, str]:
+    """The job sees only its GPU; a UUID names it whatever CUDA's device order is."""
+    return {} if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu}
 
 
 def jit_cache_env() -> dict[str, str]:

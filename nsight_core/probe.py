@@ -93,6 +93,11 @@ class GpuInfo(_Model):
     processes: list[GpuProcess] = Field(
         default_factory=list, description="Compute processes on this GPU now (a busy GPU is noisy)."
     )
+    busy: bool = Field(
+        False,
+        description="Other processes use this GPU (see processes): timings there are noisier, "
+        "and the job queue prefers an idle GPU.",
+    )
 
 
 class NcuInstall(_Model):
@@ -271,6 +276,7 @@ def _nvml_gpus() -> tuple[list[GpuInfo], str | None, str | None]:
                         )
                         for p in procs
                     ],
+                    busy=any(int(p.pid) != os.getpid() for p in procs),
                 )
             )
         return gpus, driver, cuda
@@ -338,9 +344,41 @@ def _smi_gpus(smi: str) -> tuple[list[GpuInfo], str | None, str | None]:
                 mem_clock_mhz=_int_or_none(c[8]),
                 temperature_c=_int_or_none(c[9]),
                 processes=by_uuid.get(c[2], []),
+                busy=bool(by_uuid.get(c[2])),
             )
         )
     return gpus, driver, m.group(1) if m else None
+
+
+def list_gpus() -> list[GpuInfo]:
+    """This host's GPUs, read now (NVML, else nvidia-smi); empty when none is visible."""
+    return _probe_gpus()[0]
+
+
+def gpu_process_counts() -> dict[int, int]:
+    """Compute processes of others per GPU index, read now from NVML (never cached): what the
+    job queue asks before it places a job. Empty when NVML is unusable."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver: nothing is known to be busy
+        return {}
+    try:
+        counts: dict[int, int] = {}
+        for i in range(int(pynvml.nvmlDeviceGetCount())):
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h) or []
+            except pynvml.NVMLError:
+                continue
+            counts[i] = sum(1 for p in procs if int(p.pid) != os.getpid())
+        return counts
+    except Exception:
+        return {}
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
 
 
 def _probe_gpus() -> tuple[list[GpuInfo], str | None, str | None, str, str | None]:

@@ -39,6 +39,9 @@ keyword arguments for `inputs`; real ones are flat or a level or two deep."""
 MAX_CONFIGS_BYTES = 256 * 1024
 """Largest `configs` allowed, as compact JSON. Big data belongs in `inputs`, not configs."""
 
+GPU_UUID_PATTERN = r"(GPU|MIG)-[0-9A-Fa-f-]{8,64}"
+"""A GPU (or MIG instance) UUID as NVML and nvidia-smi print it."""
+
 DEFAULT_METRIC = "gpu__time_duration.sum"
 """Nsight Python's default metric: GPU time of one kernel, ns."""
 
@@ -163,6 +166,8 @@ class KernelsSpec(_Strict):
         return self.combine.get(metric, "none")
 
 
+GpuUuid = Annotated[str, Field(pattern=f"^{GPU_UUID_PATTERN}$", max_length=80)]
+
 ConfigValue = int | float | str | bool | None | list[Any] | dict[str, Any]
 
 
@@ -251,6 +256,13 @@ class ProfileRequest(_Strict):
         strict=True,
         le=7200,
         description="Wall-clock limit for the whole job; the job is killed after it.",
+    )
+    device: Annotated[int, Field(ge=0, le=1023, strict=True)] | GpuUuid | None = Field(
+        None,
+        description=(
+            "Run on this GPU of the server's host: its index (as check_environment lists it) "
+            "or its UUID ('GPU-...'). Default: the first free, idle GPU."
+        ),
     )
     wait_s: float = Field(
         60.0,

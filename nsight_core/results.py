@@ -104,6 +104,10 @@ class Row(_Model):
         default_factory=list,
         description="NVML clock-event reasons the thermal guard saw before the runs.",
     )
+    GPUIndex: int | None = Field(
+        None, description="NVML index of the GPU the job ran on (its host's numbering)."
+    )
+    GPUUUID: str | None = Field(None, description="UUID of the GPU the job ran on.")
 
 
 class Comparison(_Model):
@@ -165,6 +169,9 @@ class Provenance(_Model):
     backend: str
     gpu: str | None = None
     gpu_uuid: str | None = None
+    gpu_index: int | None = Field(
+        None, description="NVML index of the GPU the job ran on, on `host`."
+    )
     driver: str | None = None
     ncu_version: str | None = None
     ncu_report_version: str | None = None

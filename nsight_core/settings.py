@@ -26,6 +26,9 @@ class JobSettings:
     check_enabled: bool = True
     diagnose: bool = False
     """Collect ncu's speed-of-light metrics and rules and attach a Diagnosis (diagnose.py)."""
+    gpu: str | None = None
+    """CUDA_VISIBLE_DEVICES for the job's processes (an index or a UUID): the one GPU the
+    scheduler gave it; None leaves the server's own setting."""
 
     @property
     def replay_mode(self) -> str:

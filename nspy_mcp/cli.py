@@ -42,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--store", default=None, help="result store directory (default: user data dir)"
     )
+    serve.add_argument(
+        "--executor",
+        default=None,
+        metavar="local|dask://HOST:PORT",
+        help="where jobs run: this host's GPUs (default), or the workers of a Dask "
+        "scheduler (needs nspy-mcp[cluster]; docs/cluster.md); default $NSPY_MCP_EXECUTOR",
+    )
 
     demo = sub.add_parser(
         "demo", help="run the whole check-profile-read loop through an MCP client"
@@ -106,6 +113,7 @@ def _main(argv: Sequence[str] | None) -> int:
             host=getattr(args, "host", "127.0.0.1"),
             port=getattr(args, "port", 8765),
             store=getattr(args, "store", None),
+            executor=getattr(args, "executor", None),
         )
     if command == "demo":
         from nspy_mcp.demo import run_demo  # lazy: each command loads only what it needs

@@ -1,13 +1,18 @@
-"""The job queue behind `profile_candidates`: one job at a time per device, cancellable.
+"""The job queue behind `profile_candidates`: one job at a time per GPU, cancellable.
 
 Contract:
 
-- `JobQueue.submit` runs the engine's preflight (bad metrics, missing ncu, no GPU raise
-  `NsightCoreError` before anything is queued), registers the job in the store and starts it
-  in the task group of the server's lifespan, so a job outlives the call that started it.
-- Jobs on one device key run one at a time: an `anyio.Lock` per key inside this server, and
-  an ``flock`` on a per-key lock file so nspy-mcp servers in other processes of this user
-  wait too. The key is ``gpu-<index>`` when a GPU is visible, else ``cpu`` (events jobs).
+- `JobQueue.submit` asks the executor to check the request (the engine's preflight: bad
+  metrics, missing ncu, no GPU; an unknown `device`) and raises `NsightCoreError` before
+  anything is queued; then it registers the job in the store and starts it in the task
+  group of the server's lifespan, so a job outlives the call that started it.
+- Executors decide where a job runs. `LocalExecutor` (the default) uses this host's GPUs
+  through `DeviceLocks`: one lock per GPU (listed from NVML as CUDA_VISIBLE_DEVICES leaves
+  them; one ``cpu`` slot on a host without a GPU), an ``flock`` per GPU so nspy-mcp servers
+  in other processes of this user wait too, waiting jobs served in order, a free idle GPU
+  preferred to one that other processes use, a named `device` honoured. The job's processes
+  see only its GPU (CUDA_VISIBLE_DEVICES), and its rows record the GPU's index, UUID and
+  name. `nspy_mcp.cluster.DaskExecutor` sends jobs to a Dask cluster instead.
 - The engine (`nsight_core.pipeline.run_profile_job`) is synchronous; it runs in a worker
   thread and is stopped only through its ``cancel`` event, on which it kills the job's
   process group. A job's store record ends as done, failed or cancelled in every case,
@@ -33,8 +38,8 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -42,8 +47,9 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from nsight_core.errors import ErrorClass
+from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import preflight, run_profile_job
+from nsight_core.probe import gpu_process_counts, list_gpus
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -64,37 +70,114 @@ sends SIGTERM, then SIGKILL after a few seconds; this bound only guards against 
 CROSS_PROCESS_POLL_S = 0.25
 """Retry interval while another process holds the device's lock file."""
 
+BUSY_TTL_S = 1.0
+"""How long a reading of which GPUs other processes use is trusted while jobs wait."""
+
 LOCK_DIR_ENV = "NSPY_MCP_LOCK_DIR"
 
 ProgressSink = Callable[[ProgressUpdate], Awaitable[None]]
 
 
-@cache
-def _visible_gpu() -> str | None:
-    """Index (as CUDA_VISIBLE_DEVICES names it) of the GPU jobs will use, or None."""
+@dataclass(frozen=True)
+class GpuSlot:
+    """One place a job runs: a GPU (NVML index, UUID, name) or, on a host without one, the CPU."""
+
+    key: str
+    """Lock name: ``gpu-<index>`` (or ``gpu-<uuid>`` for a GPU NVML does not list), ``cpu``."""
+    index: int | None = None
+    uuid: str | None = None
+    name: str | None = None
+    visible: str | None = None
+    """CUDA_VISIBLE_DEVICES for the job's processes (the UUID when known); None: the CPU."""
+
+    @property
+    def label(self) -> str:
+        if self.visible is None:
+            return "the CPU (no GPU visible)"
+        ident = ", ".join(x for x in (self.name, self.uuid) if x)
+        number = self.index if self.index is not None else self.visible
+        return f"GPU {number}" + (f" ({ident})" if ident else "")
+
+
+CPU_SLOT = GpuSlot("cpu")
+
+
+def gpu_slot(index: int, uuid: str | None = None, name: str | None = None) -> GpuSlot:
+    """The slot of the GPU NVML numbers `index`."""
+    return GpuSlot(f"gpu-{index}", index, uuid, name, uuid or str(index))
+
+
+def discover_slots() -> list[GpuSlot]:
+    """This host's GPUs as CUDA_VISIBLE_DEVICES leaves them, in its order; else the CPU slot.
+
+    Indices in CUDA_VISIBLE_DEVICES are taken as NVML's (PCI order: set
+    CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees); UUIDs and their prefixes match by UUID.
+    """
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None and cvd.strip() in {"", "-1"}:
-        return None
-    try:
-        import pynvml
+        return [CPU_SLOT]
+    gpus = list_gpus()
+    if not gpus:
+        return [CPU_SLOT]
+    if cvd is None:
+        return [gpu_slot(g.index, g.uuid, g.name) for g in gpus]
+    slots: list[GpuSlot] = []
+    for entry in (e.strip() for e in cvd.split(",")):
+        if not entry:
+            continue
+        match = next((g for g in gpus if g.uuid and g.uuid.startswith(entry)), None)
+        if match is None and entry.isdigit():
+            match = next((g for g in gpus if g.index == int(entry)), None)
+        if match is not None:
+            slots.append(gpu_slot(match.index, match.uuid, match.name))
+        else:  # a MIG instance or a name NVML lists differently: pass it on as given
+            slots.append(GpuSlot(f"gpu-{re.sub(r'[^A-Za-z0-9_-]', '_', entry)}", visible=entry))
+    return slots or [CPU_SLOT]
 
-        pynvml.nvmlInit()
-        try:
-            count = int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library: no GPU for us
+
+def resolve_device(device: int | str | None, slots: list[GpuSlot]) -> GpuSlot | None:
+    """The slot a request's `device` names (None: any); raises NsightCoreError if none."""
+    if device is None:
         return None
-    if count == 0:
-        return None
-    return (cvd or "0").split(",")[0].strip() or "0"
+    for slot in slots:
+        if isinstance(device, int) and slot.index == device:
+            return slot
+        if isinstance(device, str) and device.lower() in {
+            (slot.uuid or "").lower(),
+            (slot.visible or "").lower(),
+        }:
+            return slot
+    gpus = [s for s in slots if s.visible is not None]
+    listed = "; ".join(s.label for s in gpus) if gpus else "none (no GPU is visible here)"
+    raise NsightCoreError(
+        ErrorClass.INVALID_REQUEST,
+        f"device {device!r} is not a GPU this server can use; its GPUs: {listed}",
+        "pass one of those indices or UUIDs (check_environment lists them), or leave device "
+        "unset to take the first free, idle GPU",
+    )
 
 
-def device_key(request: ProfileRequest) -> str:
-    """Which lock a job takes: the GPU it would run on, or 'cpu' on a host without one."""
-    del request  # every backend uses the first visible GPU when there is one
-    gpu = _visible_gpu()
-    return "cpu" if gpu is None else f"gpu-{re.sub(r'[^A-Za-z0-9_-]', '_', gpu)}"
+def with_gpu(result: ProfileResult, slot: GpuSlot) -> ProfileResult:
+    """The result with the GPU it ran on recorded in its provenance and every row."""
+    if slot.visible is None:
+        return result
+    rows = [
+        r.model_copy(
+            update={"GPUIndex": slot.index, "GPUUUID": slot.uuid, "GPU": r.GPU or slot.name}
+        )
+        for r in result.rows
+    ]
+    update: dict[str, object] = {"rows": rows}
+    if result.provenance is not None:
+        prov = result.provenance
+        update["provenance"] = prov.model_copy(
+            update={
+                "gpu": prov.gpu or slot.name,
+                "gpu_uuid": slot.uuid or prov.gpu_uuid,
+                "gpu_index": slot.index,
+            }
+        )
+    return result.model_copy(update=update)
 
 
 def _lock_dir() -> Path:
@@ -105,46 +188,180 @@ def _lock_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"nspy-mcp-{uid}"
 
 
-class DeviceLocks:
-    """One job at a time per device key, within this process and across processes."""
+BusyReader = Callable[[], dict[int, int]]
 
-    def __init__(self, lock_dir: Path | None = None) -> None:
+
+@dataclass(eq=False)
+class _Ticket:
+    """A job waiting for a slot: the one it names, or any."""
+
+    want: GpuSlot | None
+    slot: GpuSlot | None = None
+
+
+class DeviceLocks:
+    """One job at a time per GPU (or the CPU), within this process and across processes.
+
+    Waiting jobs are served in order. A job that names no GPU gets a free, idle one (no
+    other process on it, by `busy`, read from NVML); while only busy GPUs are free it waits
+    for one of this server's jobs to end, and takes the least busy one once none runs.
+    """
+
+    def __init__(
+        self,
+        lock_dir: Path | None = None,
+        *,
+        gpus: list[GpuSlot] | None = None,
+        busy: BusyReader | None = None,
+    ) -> None:
         self._dir = lock_dir
-        self._locks: dict[str, anyio.Lock] = {}
+        self._slots = gpus
+        self._busy_reader = busy
+        self._busy: dict[int, int] = {}
+        self._busy_read_at = -1e9
+        self._held: dict[str, int | None] = {}
+        self._waiting: list[_Ticket] = []
+        self._changed = anyio.Event()
+
+    async def slots(self) -> list[GpuSlot]:
+        """The slots jobs share (NVML is read once, on first use)."""
+        if self._slots is None:
+            self._slots = await anyio.to_thread.run_sync(discover_slots)
+        return self._slots
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str, on_wait: Callable[[str], None]) -> AsyncIterator[None]:
-        lock = self._locks.setdefault(key, anyio.Lock())
-        if lock.locked():
-            on_wait(f"queued: another job of this server is using {key}")
-        async with lock:
-            fd = await self._flock(key, on_wait)
-            try:
-                yield
-            finally:
-                if fd is not None:
-                    os.close(fd)  # drops the flock
+        """Wait for the slot with this lock name alone."""
+        slot = next((s for s in await self.slots() if s.key == key), GpuSlot(key))
+        async with self.take(slot, on_wait):
+            yield
 
-    async def _flock(self, key: str, on_wait: Callable[[str], None]) -> int | None:
+    @contextlib.asynccontextmanager
+    async def take(
+        self, want: GpuSlot | None, on_wait: Callable[[str], None]
+    ) -> AsyncIterator[GpuSlot]:
+        """Wait for `want` (None: the best free slot) and hold it for the block."""
+        await self.slots()
+        ticket = _Ticket(want)
+        self._waiting.append(ticket)
+        told: set[str] = set()
+        try:
+            while True:
+                await self._refresh_busy()
+                self._dispatch()
+                if ticket.slot is not None:
+                    break
+                why = self._why_waiting(ticket)
+                if why not in told:
+                    told.add(why)
+                    on_wait(why)
+                changed = self._changed
+                with anyio.move_on_after(CROSS_PROCESS_POLL_S):
+                    await changed.wait()
+        except BaseException:
+            if ticket.slot is not None:  # given to it just as it was cancelled
+                self._release(ticket.slot)
+            raise
+        finally:
+            self._waiting.remove(ticket)
+        try:
+            yield ticket.slot
+        finally:
+            self._release(ticket.slot)
+
+    # -- placing -------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Give free slots to waiting jobs, oldest first (no await: one pass at a time)."""
+        placed = False
+        for ticket in self._waiting:
+            if ticket.slot is not None:
+                continue
+            for slot in self._choices(ticket):
+                if slot.key in self._held:
+                    continue
+                fd = self._try_flock(slot.key)
+                if fd is False:
+                    continue
+                self._held[slot.key] = fd if isinstance(fd, int) else None
+                ticket.slot = slot
+                placed = True
+                break
+        if placed:
+            self._notify()
+
+    def _choices(self, ticket: _Ticket) -> list[GpuSlot]:
+        assert self._slots is not None
+        if ticket.want is not None:
+            return [ticket.want]
+        free = [s for s in self._slots if s.key not in self._held]
+        idle = [s for s in free if not self._busy_count(s)]
+        if idle:
+            return idle
+        if self._held:  # one of ours ends sooner or later: wait for it rather than share
+            return []
+        return sorted(free, key=self._busy_count)
+
+    def _busy_count(self, slot: GpuSlot) -> int:
+        return self._busy.get(slot.index, 0) if slot.index is not None else 0
+
+    def _why_waiting(self, ticket: _Ticket) -> str:
+        assert self._slots is not None
+        wanted = [ticket.want] if ticket.want is not None else self._slots
+        ours = [s.key for s in wanted if s.key in self._held]
+        if len(ours) == len(wanted):
+            return f"queued: another job of this server is using {', '.join(ours)}"
+        free = [s for s in wanted if s.key not in self._held]
+        if ticket.want is None and all(self._busy_count(s) for s in free):
+            keys = ", ".join(s.key for s in free)
+            return f"queued: waiting for an idle GPU ({keys} in use by other processes)"
+        if ticket.want is None and any(
+            t.want is None for t in self._waiting[: self._waiting.index(ticket)]
+        ):
+            return "queued: behind other jobs of this server"
+        keys = ", ".join(s.key for s in free)
+        return f"queued: another nspy-mcp process is using {keys}"
+
+    async def _refresh_busy(self) -> None:
+        assert self._slots is not None
+        if not any(s.index is not None for s in self._slots) and self._busy_reader is None:
+            return
+        now = anyio.current_time()
+        if now - self._busy_read_at < BUSY_TTL_S:
+            return
+        self._busy_read_at = now
+        reader = self._busy_reader or _nvml_busy
+        self._busy = await anyio.to_thread.run_sync(reader)
+
+    # -- the cross-process part ----------------------------------------------------------
+
+    def _try_flock(self, key: str) -> int | bool:
+        """A held lock file descriptor; True where flock does not exist; False if taken."""
         if fcntl is None:  # pragma: no cover
-            return None
+            return True
         directory = self._dir or _lock_dir()
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        told = False
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return fd
-                except BlockingIOError:
-                    if not told:
-                        on_wait(f"queued: another nspy-mcp process is using {key}")
-                        told = True
-                    await anyio.sleep(CROSS_PROCESS_POLL_S)
-        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             os.close(fd)
-            raise
+            return False
+        return fd
+
+    def _release(self, slot: GpuSlot) -> None:
+        fd = self._held.pop(slot.key, None)
+        if fd is not None:
+            os.close(fd)  # drops the flock
+        self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+
+def _nvml_busy() -> dict[int, int]:
+    return gpu_process_counts()
 
 
 @dataclass(eq=False)
@@ -153,7 +370,8 @@ class Job:
 
     result_id: str
     request: ProfileRequest
-    device: str
+    want: GpuSlot | None
+    """The GPU the request names (None: any); local queue only."""
     job_dir: Path
     tracker: ProgressTracker
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -161,6 +379,8 @@ class Job:
     thread_exited: threading.Event = field(default_factory=threading.Event)
     queue_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     started: bool = False
+    where: str = ""
+    """Where it runs once started: a GPU of this host, or a cluster worker."""
     result: ProfileResult | None = None
     cancel_reason: str | None = None
     version: int = 0
@@ -177,15 +397,86 @@ class Job:
             await self._changed.wait()
 
 
+class Executor(Protocol):
+    """Where jobs run: this host's GPUs (`LocalExecutor`) or a Dask cluster
+    (`nspy_mcp.cluster.DaskExecutor`). The queue keeps the store, waiting and cancelling."""
+
+    async def check(self, request: ProfileRequest) -> GpuSlot | None:
+        """Refuse what cannot run (NsightCoreError); the GPU the request names, if any."""
+        ...
+
+    async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
+        """Run the job to its end: its result, or None if cancelled before it started.
+
+        Calls `queue.started` once it runs and `queue.progress` with engine events; a
+        started job is stopped through `job.cancel`."""
+        ...
+
+
+class LocalExecutor:
+    """Jobs on this host: one per GPU (one at a time on a host without a GPU)."""
+
+    def __init__(self, locks: DeviceLocks) -> None:
+        self.locks = locks
+
+    async def check(self, request: ProfileRequest) -> GpuSlot | None:
+        await anyio.to_thread.run_sync(preflight, request)
+        return resolve_device(request.device, await self.locks.slots())
+
+    async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
+        async with contextlib.AsyncExitStack() as stack:
+            # Only the wait for the device is cancelled through `queue_scope`; a started
+            # job is stopped through its cancel event, so the engine can kill its group.
+            slot: GpuSlot | None = None
+            with job.queue_scope:
+                slot = await stack.enter_async_context(
+                    self.locks.take(job.want, lambda m: queue.note(job, m))
+                )
+            if slot is None or job.queue_scope.cancelled_caught or job.cancel.is_set():
+                return None
+            await queue.started(job, f"{slot.label} in nspy-mcp server pid {os.getpid()}")
+            return with_gpu(await self._call_engine(job, queue, slot), slot)
+        raise AssertionError("unreachable")  # pragma: no cover - mypy: the stack may swallow
+
+    async def _call_engine(self, job: Job, queue: JobQueue, slot: GpuSlot) -> ProfileResult:
+        def engine() -> ProfileResult:
+            try:
+                return run_profile_job(
+                    job.request,
+                    job.job_dir,
+                    result_id=job.result_id,
+                    on_progress=lambda ev: queue.progress(job, ev),
+                    cancel=job.cancel,
+                    gpu=slot.visible,
+                )
+            finally:
+                job.thread_exited.set()
+
+        try:
+            return await anyio.to_thread.run_sync(engine, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            # This task itself is being cancelled (server shutdown from outside): stop the
+            # process group, and do not give the lock back before it is gone.
+            if job.cancel_reason is None:
+                job.cancel_reason = "the server shut down"
+            job.cancel.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(job.thread_exited.wait, CANCEL_GRACE_S)
+            raise
+
+
 class JobQueue:
     """Submits, runs, follows and cancels profile jobs; lives in the server's lifespan."""
 
     def __init__(
-        self, store: ResultStore, task_group: anyio.abc.TaskGroup, locks: DeviceLocks
+        self,
+        store: ResultStore,
+        task_group: anyio.abc.TaskGroup,
+        executor: Executor | DeviceLocks,
     ) -> None:
         self._store = store
         self._tg = task_group
-        self._locks = locks
+        self._executor = LocalExecutor(executor) if isinstance(executor, DeviceLocks) else executor
         self._jobs: dict[str, Job] = {}
         self._token = anyio.lowlevel.current_token()
 
@@ -193,13 +484,12 @@ class JobQueue:
 
     async def submit(self, request: ProfileRequest) -> Job:
         """Check the request, register it and start it; raises NsightCoreError if refused."""
-        await anyio.to_thread.run_sync(preflight, request)
-        device = await anyio.to_thread.run_sync(device_key, request)  # NVML, once per process
+        want = await self._executor.check(request)
         placeholder = await anyio.to_thread.run_sync(self._store.create, request)
         job = Job(
             result_id=placeholder.result_id,
             request=request,
-            device=device,
+            want=want,
             job_dir=self._store.result_dir(placeholder.result_id),
             tracker=ProgressTracker(request),
         )
@@ -249,17 +539,19 @@ class JobQueue:
         latest = job.tracker.latest
         if job.started:
             status = "running"
-            state = f"running: {latest.progress:.0f} %, {latest.message}"
+            state = f"running on {job.where}: {latest.progress:.0f} %, {latest.message}"
         else:
             status = "queued"
             ahead = sum(
                 1
                 for other in self._jobs.values()
-                if other.device == job.device
-                and other is not job
-                and other.result_id < job.result_id
+                if not other.started and other is not job and other.result_id < job.result_id
             )
-            state = f"queued behind {ahead} job(s) on {job.device}" if ahead else latest.message
+            state = (
+                f"queued behind {ahead} waiting job(s); {latest.message}"
+                if ahead
+                else latest.message
+            )
         message = (
             f"{state}; call read_results with result_id={job.result_id} "
             f"({latest.eta_text()}); pass wait_s to wait for it there"
@@ -277,6 +569,7 @@ class JobQueue:
             job.cancel_reason = reason
         job.cancel.set()
         job.queue_scope.cancel()
+        job.notify()
 
     async def cancel_and_wait(self, job: Job, reason: str) -> ProfileResult:
         """Cancel the job and answer its final record once its process group is gone."""
@@ -289,6 +582,27 @@ class JobQueue:
         """Cancel every unfinished job; the lifespan's task group then waits for them."""
         for job in list(self._jobs.values()):
             self.cancel(job, "the server shut down")
+
+    # -- what executors call -------------------------------------------------------------
+
+    async def started(self, job: Job, where: str) -> None:
+        """The job runs now, on `where` (a GPU of this host or a cluster worker)."""
+        job.started = True
+        job.where = where
+        self.note(job, "started")
+        note = f"running on {where}; call read_results with result_id={job.result_id} to follow it"
+        await anyio.to_thread.run_sync(self._store.mark_running, job.result_id, note)
+
+    def note(self, job: Job, message: str) -> None:
+        """A state change for waiters (call on the event loop)."""
+        job.tracker.note(message)
+        job.notify()
+
+    def progress(self, job: Job, ev: ProgressEvent) -> None:
+        """An engine progress event (from the engine's thread)."""
+        job.tracker.update(ev)
+        with contextlib.suppress(Exception):  # the loop may be gone at shutdown
+            anyio.from_thread.run_sync(job.notify, token=self._token)
 
     # -- running -----------------------------------------------------------------------
 
@@ -308,23 +622,9 @@ class JobQueue:
             job.notify()
 
     async def _run_to_end(self, job: Job) -> ProfileResult:
-        async with contextlib.AsyncExitStack() as stack:
-            # Only the wait for the device is cancelled through `queue_scope`; a started
-            # job is stopped through its cancel event, so the engine can kill its group.
-            with job.queue_scope:
-                await stack.enter_async_context(
-                    self._locks.hold(job.device, lambda m: self._note(job, m))
-                )
-            if job.queue_scope.cancelled_caught or job.cancel.is_set():
-                return await self._cancelled_before_start(job)
-            job.started = True
-            self._note(job, "started")
-            note = (
-                f"running on {job.device} in nspy-mcp server pid {os.getpid()}; call "
-                f"read_results with result_id={job.result_id} to follow it"
-            )
-            await anyio.to_thread.run_sync(self._store.mark_running, job.result_id, note)
-            result = await self._call_engine(job)
+        result = await self._executor.run(job, self)
+        if result is None:
+            return await self._cancelled_before_start(job)
         return await anyio.to_thread.run_sync(self._store.finish, self._normalize(job, result))
 
     async def _cancelled_before_start(self, job: Job) -> ProfileResult:
@@ -338,31 +638,6 @@ class JobQueue:
 
         # Not abandoned on cancel: the thread writes the record, then cancellation goes on.
         return await anyio.to_thread.run_sync(record)
-
-    async def _call_engine(self, job: Job) -> ProfileResult:
-        def engine() -> ProfileResult:
-            try:
-                return run_profile_job(
-                    job.request,
-                    job.job_dir,
-                    result_id=job.result_id,
-                    on_progress=lambda ev: self._progress(job, ev),
-                    cancel=job.cancel,
-                )
-            finally:
-                job.thread_exited.set()
-
-        try:
-            return await anyio.to_thread.run_sync(engine, abandon_on_cancel=True)
-        except anyio.get_cancelled_exc_class():
-            # This task itself is being cancelled (server shutdown from outside): stop the
-            # process group, and do not give the lock back before it is gone.
-            if job.cancel_reason is None:
-                job.cancel_reason = "the server shut down"
-            job.cancel.set()
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(job.thread_exited.wait, CANCEL_GRACE_S)
-            raise
 
     def _normalize(self, job: Job, result: ProfileResult) -> ProfileResult:
         update: dict[str, object] = {"result_id": job.result_id}
@@ -397,17 +672,6 @@ class JobQueue:
         except Exception:
             log.exception("could not record the end of job %s", job.result_id)
             return None
-
-    # -- progress (engine thread -> event loop) ------------------------------------------
-
-    def _progress(self, job: Job, ev: ProgressEvent) -> None:
-        job.tracker.update(ev)
-        with contextlib.suppress(Exception):  # the loop may be gone at shutdown
-            anyio.from_thread.run_sync(job.notify, token=self._token)
-
-    def _note(self, job: Job, message: str) -> None:
-        job.tracker.note(message)
-        job.notify()
 
 
 async def _relay(report: ProgressSink | None, update: ProgressUpdate) -> None:

@@ -10,6 +10,7 @@ process over stdio and HTTP); the store lives with the server, so results outliv
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import ipaddress
 import logging
@@ -51,7 +52,8 @@ from nspy_mcp.answers import (
     shape_result,
     with_next_step,
 )
-from nspy_mcp.jobs import DeviceLocks, JobQueue, ProgressSink
+from nspy_mcp.cluster import DaskExecutor, parse_executor
+from nspy_mcp.jobs import DeviceLocks, Executor, JobQueue, LocalExecutor, ProgressSink
 from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
@@ -396,18 +398,31 @@ def _add_tool(
 
 
 def build_server(
-    store: str | Path | ResultStore | None = None, *, retention: Retention | None = None
+    store: str | Path | ResultStore | None = None,
+    *,
+    retention: Retention | None = None,
+    executor: str | None = None,
+    locks: DeviceLocks | None = None,
 ) -> MCPServer[AppState]:
-    """The nspy-mcp server on the result store at `store` (default: see docs/results.md)."""
+    """The nspy-mcp server on the result store at `store` (default: see docs/results.md).
+
+    `executor`: 'local' (this host's GPUs, `locks`) or 'dask://HOST:PORT' (docs/cluster.md);
+    default $NSPY_MCP_EXECUTOR, else local.
+    """
     result_store = (
         store if isinstance(store, ResultStore) else ResultStore(store, retention=retention)
     )
-    locks = DeviceLocks()
+    scheduler = parse_executor(executor)
+    local = LocalExecutor(locks or DeviceLocks())
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
-        async with anyio.create_task_group() as tg:
-            jobs = JobQueue(result_store, tg, locks)
+        async with contextlib.AsyncExitStack() as stack:
+            runner: Executor = local
+            if scheduler is not None:
+                runner = await stack.enter_async_context(DaskExecutor.connect(scheduler))
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            jobs = JobQueue(result_store, tg, runner)
             try:
                 yield AppState(store=result_store, jobs=jobs)
             finally:
@@ -441,7 +456,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def serve(*, http: bool, host: str, port: int, store: str | None) -> int:
+def serve(
+    *, http: bool, host: str, port: int, store: str | None, executor: str | None = None
+) -> int:
     """Run the server: stdio by default, streamable HTTP on a loopback address with `http`."""
     if http and not _is_loopback(host):
         # profile_candidates runs the code it is given; without authentication that must
@@ -456,7 +473,11 @@ def serve(*, http: bool, host: str, port: int, store: str | None) -> int:
             "could not make the server non-dumpable: same-user candidates can read "
             "its /proc/<pid>/environ"
         )
-    server = build_server(store)
+    try:
+        server = build_server(store, executor=executor)
+    except ValueError as exc:  # a malformed --executor / NSPY_MCP_EXECUTOR
+        sys.stderr.write(f"nspy-mcp: {exc}\n")
+        return 2
     if http:
         server.run("streamable-http", host=host, port=port)
     else:

@@ -1,10 +1,10 @@
-"""Job queue parts: progress folding, device keys, and one job at a time per device."""
+"""Job queue parts: progress folding and one job at a time per device (tests/mcp/test_dispatch.py:
+placing jobs on several GPUs)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -12,8 +12,7 @@ import pytest
 
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
-from nspy_mcp import jobs
-from nspy_mcp.jobs import DeviceLocks, device_key
+from nspy_mcp.jobs import DeviceLocks
 from nspy_mcp.progress import ProgressTracker
 
 pytestmark = pytest.mark.anyio
@@ -72,19 +71,6 @@ def test_a_state_note_keeps_the_progress_already_reached() -> None:
     note = tracker.note("queued: another nspy-mcp process is using gpu-0")
     assert note.progress == tracker.latest.progress > 0
     assert note.message.startswith("queued")
-
-
-@pytest.fixture
-def no_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    jobs._visible_gpu.cache_clear()
-    yield
-    jobs._visible_gpu.cache_clear()
-
-
-@pytest.mark.usefixtures("no_visible_gpu")
-def test_jobs_take_the_cpu_key_when_no_gpu_is_visible() -> None:
-    assert device_key(_request()) == "cpu"
 
 
 async def test_jobs_of_one_server_on_one_device_run_one_at_a_time(tmp_path: Path) -> None:
