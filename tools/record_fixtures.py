@@ -405,7 +405,7 @@ def _foreign_command(
     """Plain ncu flags; the kernel-name filter keeps torch's own kernels (megabytes) out."""
     return [
         ncu, "--nvtx", "--metrics", ",".join(metrics), "--cache-control", "all",
-        "--clock-control", "none", "-k", "regex:^(add|scale|copy)_kernel$",
+        "--clock-control", "none", "-k", "regex:(add|scale|copy)_kernel",
         "--log-file", str(log), "-f", "-o", str(report), *target,
     ]  # fmt: skip
 
