@@ -75,7 +75,13 @@ def test_timer_keeps_every_stream_and_drops_the_l2_flush() -> None:
         text=True,
         timeout=300,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # Keep the caller's PYTHONPATH (a GPU host's wheelhouse lives there), ours first.
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+            ),
+        },
     )
     assert out.returncode == 0, out.stderr[-4000:]
     calls = json.loads(out.stdout.strip().splitlines()[-1])
