@@ -38,7 +38,7 @@ from pydantic import BaseModel, TypeAdapter
 from nsight_core.annotation import RunContext, end_range, set_run_context, start_range
 from nsight_core.check import aliased, mutated, snapshot_inputs
 from nsight_core.collectors.cupti import CuptiTimer
-from nsight_core.collectors.events import Device, detect_device, start_timer
+from nsight_core.collectors.events import Device, detect_device, start_timer, sync_all
 from nsight_core.errors import ErrorClass, NsightCoreError, WorkerExit
 from nsight_core.exchange import SlotTable
 from nsight_core.integrity import Watch, shadowing_files
@@ -91,17 +91,6 @@ def seed_all(seed: int) -> None:
     if cupy is not None:
         with contextlib.suppress(Exception):
             cupy.random.seed(seed % (2**32))
-
-
-def sync_all() -> None:
-    """Wait for every framework's GPU work, so a range encloses what its call launched."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        with contextlib.suppress(Exception):  # no device: nothing to wait for
-            cupy.cuda.Device().synchronize()
 
 
 def classify_exception(exc: BaseException) -> ErrorClass:

@@ -39,12 +39,12 @@ from nsight_core.check import clone_args, same_result
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.collectors.cupti import call_samples
+from nsight_core.collectors.events import sync_all
 from nsight_core.contestant import (
     EventWriter,
     failure_event,
     preload_frameworks,
     seed_all,
-    sync_all,
 )
 from nsight_core.diagnose import nbytes_of
 from nsight_core.errors import ErrorClass, WorkerExit

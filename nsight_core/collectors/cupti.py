@@ -32,7 +32,6 @@ example does, since a record wraps a pointer into CUPTI's buffer.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import fnmatch
 import importlib.util
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
-from nsight_core.collectors.events import Device
+from nsight_core.collectors.events import Device, sync_all
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord
 from nsight_core.probe import probe_environment
@@ -314,17 +313,6 @@ def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[
 # -- child side: the timer in the contestant ----------------------------------------------
 
 
-def _sync_all() -> None:
-    """Wait for every framework's GPU work (torch if CUDA is initialized, cupy if imported)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        with contextlib.suppress(Exception):  # no device: nothing to wait for
-            cupy.cuda.Device().synchronize()
-
-
 @dataclass
 class CuptiTimer:
     """Kernel activity of each timed call; `start` once per contestant, then `time_call`."""
@@ -406,14 +394,14 @@ class CuptiTimer:
                 "the cupti timer was not started in this contestant",
                 "report this: the contestant must call CuptiTimer.start() first",
             )
-        _sync_all()
+        sync_all()
         cupti.activity_flush_all(FLUSH_FORCED)  # drop what the harness did since last call
         self._take()
         device.flush_l2()
-        _sync_all()  # the flush kernel ends before the window opens
+        sync_all()  # the flush kernel ends before the window opens
         t0 = int(cupti.get_timestamp())
         out = fn()
-        _sync_all()
+        sync_all()
         t1 = int(cupti.get_timestamp())
         cupti.activity_flush_all(FLUSH_FORCED)
         kernels, apis = self._take()

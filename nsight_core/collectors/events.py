@@ -11,6 +11,7 @@ Frameworks are found through `sys.modules` (the candidate's imports), never impo
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -90,6 +91,18 @@ class Device:
         end.record()
         end.synchronize()
         return out, float(cupy.cuda.get_elapsed_time(start, end)) * 1e6
+
+
+def sync_all() -> None:
+    """Wait for every framework's GPU work (torch if CUDA is initialized, cupy if imported), so
+    a range or a timer encloses what a call launched."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with contextlib.suppress(Exception):  # no device: nothing to wait for
+            cupy.cuda.Device().synchronize()
 
 
 def _leaves(obj: Any) -> Iterable[Any]:
