@@ -21,6 +21,9 @@ Chip names (the GPU -> chip table, ``ncu --list-chips`` parsing) belong to
 The parser is tolerant: it reads ncu's ``--csv`` form (columns found by header, not by
 position) and the aligned text table (column widths from the dashed rule under the header),
 and skips ``==PROF==``/``==WARNING==`` lines, device headers and blank lines.
+
+Size: about 750 lines: offline catalogs, live ncu queries and the name-matching rules share
+one data model; the live query runner and discovery already live in ncu_install/sandbox.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@
 
 A candidate that fails a check is called no more on that config, and none of its timed runs
 on that config is reported.
+
+Size: about 700 lines because the judge is one trust boundary: everything in it runs in
+the process that may be trusted with verdicts, and nothing else should import it.
 """
 
 from __future__ import annotations

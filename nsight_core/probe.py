@@ -19,6 +19,9 @@ killed with its whole process group when the limit passes.
 
 Results are cached in this process and in a JSON file under the user cache directory, keyed
 by host, driver, PATH, ``$NSPY_NCU`` and Python executable, for `CACHE_TTL_S`.
+
+Size: about 850 lines: one report with many independent sections (GPUs, ncu, counters,
+backends, sandbox); each section is a small function, the size is their number.
 """
 
 from __future__ import annotations

@@ -41,6 +41,11 @@ Contract of `run_sandboxed`:
   (with the last output lines), then a signal (crashed, with its name), then the exit
   code through ``exit_classes`` (the worker's `WORKER_EXIT_CLASS` by default); any other
   non-zero code is crashed, with the stderr tail.
+
+Size: over 1,200 lines, deliberately one module: AGENTS.md makes it the only module that
+starts or kills processes, and it stays stdlib-only for bare GPU hosts. It holds the runner,
+descendant tracking, the memory limit and Landlock; a package (sandbox/) split along those
+lines is the next clean-up.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ Contract:
 - Retention (`Retention`): after each finished job, and at open, the oldest finished results
   beyond ``max_results`` or older than ``max_age_days`` are deleted. Queued and running
   results are never pruned.
+
+Size: about 700 lines: the store is one on-disk format (files, index, locks, retention,
+recovery) whose invariants are easier to keep in one place than across modules.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ Contract:
   is recorded 'failed', with a message that says so first: the reference's rows alone must
   not read as a success.
 - `JobQueue.shutdown` (lifespan exit) cancels every unfinished job.
+
+Size: about 700 lines: the queue, per-GPU scheduling and cancellation share one lock
+discipline; the Dask executor lives apart in cluster.py.
 """
 
 from __future__ import annotations
