@@ -342,15 +342,8 @@ class ProfileRequest(_Strict):
             )
         if self.reference in self.candidates:
             raise ValueError("the reference is profiled anyway; do not list it among candidates")
-        if self.backend != "ncu" and self.metrics != [DEFAULT_METRIC]:
-            raise ValueError(
-                f"backend {self.backend!r} measures time only; leave `metrics` at "
-                f"[{DEFAULT_METRIC!r}] or use backend 'ncu'"
-            )
-        if self.backend != "ncu" and self.kernels.replay_mode != "kernel":
-            raise ValueError(
-                "replay_mode 'range' needs backend 'ncu'; use backend 'ncu' or replay_mode 'kernel'"
-            )
+        # What a backend can measure (metrics, replay modes) is its own preflight's business
+        # (collectors/base.py), checked before anything is queued.
         return self
 
     @property
