@@ -315,18 +315,6 @@ class EventWriter:
         self.close()
 
 
-def events_sample(key: RunKey, ns: float) -> SampleEvent:
-    """One clock timing of the call `key`, in ns."""
-    return SampleEvent(
-        annotation=key.annotation,
-        config_id=key.config_id,
-        run=key.run,
-        metric=EVENTS_METRIC,
-        value=ns,
-        unit="ns",
-    )
-
-
 RUN_SEED_BASE = 500_000
 
 
@@ -347,7 +335,7 @@ def run_function_job(job: WorkerJob, events: EventWriter, timed: bool) -> int:
         if exc is not None:
             reported.add(id(exc))
         if elapsed is not None:
-            events.emit(events_sample(key, elapsed))
+            events.emit(SampleEvent.of(key, EVENTS_METRIC, elapsed))
         events.emit(
             RangeEvent(
                 annotation=key.annotation, config_id=key.config_id, run=key.run, ok=exc is None

@@ -475,21 +475,12 @@ class Judge:
                 return
         if run is not None:
             st.pending[ann].append(RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=True))
+            key = RunKey(ann, st.cid, run)
             if self.backend.child_timer == "cupti" and reply.ns is not None:
-                key = RunKey(ann, st.cid, run)
                 ignore = self.settings.kernels.ignore
                 st.pending[ann] += call_samples(key, reply.ns, reply.kernels, ignore)
             elif reply.ns is not None:
-                st.pending[ann].append(
-                    SampleEvent(
-                        annotation=ann,
-                        config_id=st.cid,
-                        run=run,
-                        metric=EVENTS_METRIC,
-                        value=reply.ns,
-                        unit="ns",
-                    )
-                )
+                st.pending[ann].append(SampleEvent.of(key, EVENTS_METRIC, reply.ns))
 
     def _check_determinism(
         self, st: _ConfigState, ann: str, inputs: Inputs, expected: Any, first: Any

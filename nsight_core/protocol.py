@@ -192,6 +192,19 @@ class SampleEvent(_Msg):
     unit: str
     kernel: str | None = None
 
+    @classmethod
+    def of(cls, key: RunKey, metric: str, ns: float, kernel: str | None = None) -> SampleEvent:
+        """A time in ns of the call ``key`` (of one kernel of it when ``kernel`` is given)."""
+        return cls(
+            annotation=key.annotation,
+            config_id=key.config_id,
+            run=key.run,
+            metric=metric,
+            value=ns,
+            unit="ns",
+            kernel=kernel,
+        )
+
 
 class DoneEvent(_Msg):
     type: Literal["done"] = "done"

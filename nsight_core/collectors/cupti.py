@@ -244,15 +244,7 @@ def call_samples(
     the kernels the ignore globs keep, then the call's latency."""
 
     def sample(metric: str, value: float, kernel: str | None = None) -> SampleEvent:
-        return SampleEvent(
-            annotation=key.annotation,
-            config_id=key.config_id,
-            run=key.run,
-            metric=metric,
-            value=value,
-            unit="ns",
-            kernel=kernel,
-        )
+        return SampleEvent.of(key, metric, value, kernel)
 
     out = [sample(CUPTI_DURATION, float(k.end_ns - k.start_ns), k.name) for k in kernels]
     kept = [k for k in kernels if not any(fnmatch.fnmatchcase(k.name, p) for p in ignore)]
