@@ -188,6 +188,9 @@ class Contestant:
                 self.fns[spec] = load_callable(spec, workdir=workdir, source_file=source)
             except Exception as exc:
                 failures.append(failure_event(spec, "import", exc))
+            else:
+                if spec == self.job.annotations[0]:  # the reference: loaded before candidates
+                    self.watch.add_module(getattr(self.fns[spec], "__module__", "") or "")
             integrity += [f"{c} (changed while {spec!r} was imported)" for c in self._new_changes()]
         dirs = {workdir, *(Path(m.__file__).parent for m in _user_modules())}
         return HelloMsg(

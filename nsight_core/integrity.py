@@ -22,6 +22,7 @@ import importlib.util
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 WATCHED_MODULES = (
     "time",
@@ -61,7 +62,7 @@ def _resolve(name: str) -> object | None:
     return getattr(owner, attr, None) if owner is not None and parent else None
 
 
-def _attributes(obj: object) -> dict[str, int]:
+def _attributes(obj: object, *, modules: bool = False) -> dict[str, int]:
     try:
         items = list(vars(obj).items())
     except TypeError:
@@ -70,9 +71,11 @@ def _attributes(obj: object) -> dict[str, int]:
     for name, value in items:
         if name in _SKIP:
             continue
-        # Only behaviour is watched: functions, classes, descriptors. Plain data (counters,
+        # Only behaviour is watched: functions, classes, descriptors (and, for user modules,
+        # the modules they call through, such as their `torch`). Plain data (counters,
         # caches, flags) legitimately changes while frameworks run.
-        if callable(value) or isinstance(value, classmethod | staticmethod | property):
+        behaviour = callable(value) or isinstance(value, classmethod | staticmethod | property)
+        if behaviour or (modules and isinstance(value, ModuleType)):
             out[name] = id(value)
     return out
 
@@ -93,6 +96,15 @@ class Watch:
                 continue
             self._seen[name] = _attributes(obj)
             self._keep.append(obj)  # ids stay unique while the objects are alive
+
+    def add_module(self, name: str) -> None:
+        """Also watch a user module (the reference's): its functions and the modules it
+        calls through, so a candidate that rebinds the reference's `torch` to a slow proxy,
+        or one of its helpers, is named."""
+        obj = sys.modules.get(name)
+        if obj is not None and name not in self._seen:
+            self._seen[name] = _attributes(obj, modules=True)
+            self._keep.append(obj)
 
     def changes(self) -> list[str]:
         """'torch.cuda.Event.elapsed_time' for each watched attribute rebound since."""
