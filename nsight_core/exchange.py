@@ -18,6 +18,7 @@ the judge's expected outputs.
 from __future__ import annotations
 
 import base64
+import itertools
 import mmap
 import pickle
 import sys
@@ -350,7 +351,7 @@ class SlotTable:
 
     def write_output(self, out: Any, out_slots: list[int]) -> Node:
         """Describe ``out`` and copy its arrays into the judge's output slots, in order."""
-        counter = iter(range(len(out_slots) + 10**9))
+        counter = itertools.count()
         return self._write(out, out_slots, counter, depth=0)
 
     def _write(self, x: Any, out_slots: list[int], counter: Iterator[int], depth: int) -> Node:

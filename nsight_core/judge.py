@@ -386,8 +386,7 @@ class Judge:
     def run_config(self, cid: int, config: dict[str, Any], done: list[int], total: int) -> bool:
         """All calls of one config; False when the reference itself failed on it."""
         st = _ConfigState(cid, config, [a for a in self.req.annotations if a in self.loaded])
-        spec = self.req.check
-        untimed = max(self.req.warmup, spec.seeds if spec.enabled else 0, 1)
+        untimed = self.untimed_calls
         try:
             with self.phase("check"):
                 for _ in range(untimed):
@@ -419,6 +418,12 @@ class Judge:
         finally:
             self._report_config(st)
         return True
+
+    @property
+    def untimed_calls(self) -> int:
+        """Calls per annotation and config before the timed runs: warm-up and check at once."""
+        spec = self.req.check
+        return max(self.req.warmup, spec.seeds if spec.enabled else 0, 1)
 
     def _expect(self, st: _ConfigState, inputs: Inputs) -> Any:
         """The reference's output on a copy of ``inputs`` (None when checks are off)."""
@@ -601,7 +606,7 @@ class Judge:
                 return int(code)
             self.hello()
         configs = self.req.configs
-        untimed = max(self.req.warmup, self.req.check.seeds if self.req.check.enabled else 0, 1)
+        untimed = self.untimed_calls
         total = len(configs) * (untimed + self.req.runs * len(self.loaded))
         done = [0]
         ref_ok = False

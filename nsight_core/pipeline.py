@@ -29,6 +29,7 @@ from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import (
     EVENTS_FILE,
     JOB_ARTIFACTS,
+    JUDGE_DIR,
     NCU_LOG_FILE,
     REPORT_FILE,
     WorkerJob,
@@ -41,9 +42,6 @@ from nsight_core.settings import JobSettings
 
 JUDGE_GRACE_S = 30.0
 """The judge outlives its contestant's limit by this much, to report how it ended."""
-
-JUDGE_DIR = "judge"
-"""Subdirectory of the job for the judge's own stdout/stderr (the job's are the contestant's)."""
 
 
 CONFINE_ENV = "NSPY_MCP_CONFINE"

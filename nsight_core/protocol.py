@@ -43,13 +43,16 @@ EVENTS_FILE = "events.jsonl"
 REPORT_FILE = "report.ncu-rep"
 NCU_LOG_FILE = "ncu.log"
 
+JUDGE_DIR = "judge"
+"""Subdirectory of a job for the judge's own stdout/stderr (the job's are the contestant's)."""
+
 JOB_ARTIFACTS = {
     "events": EVENTS_FILE,
     "report": REPORT_FILE,
     "ncu_log": NCU_LOG_FILE,
     "stdout": STDOUT_FILE,
     "stderr": STDERR_FILE,
-    "judge_stderr": "judge/" + STDERR_FILE,
+    "judge_stderr": f"{JUDGE_DIR}/{STDERR_FILE}",
 }
 """Files a job may leave in its directory (name -> path in it); listed in a result's
 artifacts when present. The pipeline and the store both read this one list."""
