@@ -5,9 +5,12 @@ Run it on a GPU host with ncu, CUDA torch and the `nvtx` package, from the repos
     python tools/record_diagnose_fixtures.py            # writes tests/data/ncu/, ~1-2 minutes
     python tools/record_diagnose_fixtures.py --out /tmp/diag --cases diagnose_tiny
 
-Three cases, one config and 3 runs each, the annotation named after the case:
+Four cases, one config and 3 runs each, the annotation named after the case (a run with
+``--cases`` adds to the manifest):
 
-- ``diagnose_softmax``: ``torch.softmax`` over 4096x4096 fp32 (memory-bound);
+- ``diagnose_softmax``: ``torch.softmax`` over 4096x4096 fp32 (compute-bound by ncu's
+  SpeedOfLight: SM 70 %, DRAM 44 % on the H200);
+- ``diagnose_copy``: ``y.copy_(x)`` of 2^26 fp32 (memory-bound);
 - ``diagnose_matmul``: a bf16 4096^3 ``torch.matmul`` (compute-bound, tensor pipe);
 - ``diagnose_tiny``: ``torch.add`` on 32 elements, one block (latency-bound).
 
@@ -35,13 +38,17 @@ from nsight_core.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics, diagnose_r
 from nsight_core.request import DEFAULT_METRIC
 
 CASES = {
-    "diagnose_softmax": "torch.softmax(x, dim=-1), x 4096x4096 fp32: memory-bound",
+    "diagnose_softmax": (
+        "torch.softmax(x, dim=-1), x 4096x4096 fp32: compute-bound by ncu's SpeedOfLight on "
+        "the H200 (SM 70 %, DRAM 44 %: torch's kernel spends its time in exp and reductions)"
+    ),
+    "diagnose_copy": "y.copy_(x), 2^26 fp32 elements (256 MiB each way): memory-bound",
     "diagnose_matmul": "torch.matmul(a, b), bf16 4096x4096 @ 4096x4096: compute-bound",
     "diagnose_tiny": "torch.add(x, y), 32 fp32 elements (one block): latency-bound",
 }
 RUNS = 3
 CASE_TIMEOUT_S = 120.0
-"""One case takes seconds on an H200 (the matmul's replays dominate); three fit in ~4 min."""
+"""One case takes seconds on an H200 (the matmul's replays dominate); four fit in ~1 min."""
 
 CHILD_SOURCE = r'''
 """Diagnose fixture workload run under ncu by tools/record_diagnose_fixtures.py."""
@@ -56,6 +63,10 @@ dev = "cuda"
 if case == "diagnose_softmax":
     x = torch.randn(4096, 4096, device=dev, dtype=torch.float32)
     call = lambda: torch.softmax(x, dim=-1)  # noqa: E731
+elif case == "diagnose_copy":
+    x = torch.randn(1 << 26, device=dev)
+    y = torch.empty_like(x)
+    call = lambda: y.copy_(x)  # noqa: E731
 elif case == "diagnose_matmul":
     a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
@@ -157,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     child = Path(tempfile.mkdtemp(prefix="nspy-diagnose-")) / "diagnose_child.py"
     child.write_text(CHILD_SOURCE.lstrip())
-    results: dict[str, object] = {"ncu": ncu_version(ncu), "date": time.strftime("%Y-%m-%d")}
+    manifest = out / "diagnose_manifest.json"
+    results: dict[str, object] = json.loads(manifest.read_text()) if manifest.exists() else {}
+    results[f"ncu (cases of {time.strftime('%Y-%m-%d')})"] = ncu_version(ncu)
     ok = True
     for case in args.cases.split(","):
         try:
@@ -168,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         ok &= "diagnosis" in entry
         sys.stdout.write(_line(case, entry))
         sys.stdout.flush()
-    (out / "diagnose_manifest.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    manifest.write_text(json.dumps(results, indent=1, default=str) + "\n")
     return 0 if ok else 1
 
 
