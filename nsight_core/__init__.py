@@ -4,16 +4,40 @@
 ``nsight.analyze.plot``, ``nsight.annotate``, ``nsight.VerbosityLevel``,
 ``nsight.exceptions`` and ``nsight.utils`` (docs/compat.md lists the deliberate differences).
 
-Importing this package is cheap: no torch, triton, cupy, pandas or ncu_report is imported
-here; each stage imports what it needs when it runs.
+Importing this package is cheap: its public names load on first use (PEP 562), so the
+judge and contestant processes, which import only their own modules, do not pay for the
+API, pandas or the catalog at every job's start. No torch, triton, cupy or ncu_report is
+imported here; each stage imports what it needs when it runs.
 """
 
-from nsight_core import analyze, exceptions, utils
-from nsight_core.annotation import annotate
-from nsight_core.api import ProfileResults, VerbosityLevel, kernel
-from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.request import ProfileRequest
-from nsight_core.results import ProfileResult, Row
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nsight_core import analyze, exceptions, utils
+    from nsight_core.annotation import annotate
+    from nsight_core.api import ProfileResults, VerbosityLevel, kernel
+    from nsight_core.errors import ErrorClass, NsightCoreError
+    from nsight_core.request import ProfileRequest
+    from nsight_core.results import ProfileResult, Row
+
+_PUBLIC: dict[str, tuple[str, str | None]] = {
+    "ErrorClass": ("nsight_core.errors", "ErrorClass"),
+    "NsightCoreError": ("nsight_core.errors", "NsightCoreError"),
+    "ProfileRequest": ("nsight_core.request", "ProfileRequest"),
+    "ProfileResult": ("nsight_core.results", "ProfileResult"),
+    "ProfileResults": ("nsight_core.api", "ProfileResults"),
+    "Row": ("nsight_core.results", "Row"),
+    "VerbosityLevel": ("nsight_core.api", "VerbosityLevel"),
+    "analyze": ("nsight_core.analyze", None),
+    "annotate": ("nsight_core.annotation", "annotate"),
+    "exceptions": ("nsight_core.exceptions", None),
+    "kernel": ("nsight_core.api", "kernel"),
+    "utils": ("nsight_core.utils", None),
+}
+"""Public name -> (module, attribute; None for the module itself)."""
 
 __all__ = [
     "ErrorClass",
@@ -29,3 +53,17 @@ __all__ = [
     "kernel",
     "utils",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    where = _PUBLIC.get(name)
+    if where is None:
+        raise AttributeError(f"module 'nsight_core' has no attribute {name!r}")
+    module = importlib.import_module(where[0])
+    value = module if where[1] is None else getattr(module, where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

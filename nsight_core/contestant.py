@@ -64,7 +64,12 @@ from nsight_core.protocol import (
     SampleEvent,
     WorkerJob,
 )
-from nsight_core.sandbox import default_fs_access, die_with_parent, restrict_this_process
+from nsight_core.sandbox import (
+    default_fs_access,
+    die_with_parent,
+    process_age_s,
+    restrict_this_process,
+)
 
 FRAMEWORKS = ("numpy", "torch", "cupy")
 """Imported (when installed) before any candidate, so candidates cannot shadow them."""
@@ -76,6 +81,18 @@ def preload_frameworks() -> None:
     for name in FRAMEWORKS:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+
+
+def init_cuda() -> None:
+    """Create the CUDA context now, when torch can use a GPU: before confinement (the driver
+    opens its device files here) and before any candidate is imported, and while the other
+    process of the job is still starting, so no call pays for it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available():
+            torch.empty(1, device="cuda")
 
 
 def seed_all(seed: int) -> None:
@@ -172,6 +189,7 @@ class Contestant:
         self._sock: socket.socket | None = None
         self._reader: IO[bytes] | None = None
         self._reported: set[str] = set()
+        self.startup_s: dict[str, float] = {}
 
     def _new_changes(self) -> list[str]:
         changes = [c for c in self.watch.changes() if c not in self._reported]
@@ -179,6 +197,7 @@ class Contestant:
         return changes
 
     def load(self) -> HelloMsg:
+        t0 = time.monotonic()
         source = Path(self.job.source_file) if self.job.source_file else None
         workdir = Path(self.job.workdir)
         failures: list[FailureEvent] = []
@@ -200,6 +219,7 @@ class Contestant:
             shadowed=shadowing_files(sorted(dirs)),
             confined=self.job.confine != "off" and self.not_confined is None,
             notes=[self.not_confined] if self.not_confined else [],
+            host_s={**self.startup_s, "load": round(time.monotonic() - t0, 4)},
         )
 
     def serve(self) -> int:
@@ -223,6 +243,7 @@ class Contestant:
         self._sock.sendall(msg.model_dump_json().encode() + b"\n")
 
     def call(self, msg: CallMsg) -> ReplyMsg:
+        t0 = time.monotonic()
         self.slots.attach(msg.new_slots)
         fn = self.fns[msg.annotation]
         run = msg.run
@@ -237,6 +258,7 @@ class Contestant:
                 ok=False,
                 failure=failure_event("<harness>", "profile", exc, config_id=msg.config_id),
             )
+        t1 = time.monotonic()
         snap = snapshot_inputs((args, kwargs)) if self.job.check_mutation else None
         phase: Phase = "profile" if run is not None else "warmup"
         ns: float | None = None
@@ -268,6 +290,7 @@ class Contestant:
                 failure=failure_event(msg.annotation, phase, exc, config_id=msg.config_id, run=run),
                 integrity=self._new_changes(),
             )
+        t2 = time.monotonic()
         reasons: list[str] = []
         if snap is not None:
             reasons += [f"mutated input {name}" for name in mutated(snap, (args, kwargs))]
@@ -275,6 +298,8 @@ class Contestant:
             reasons += [f"output aliases {name}" for name in aliased(out, (args, kwargs))]
         node = self.slots.write_output(out, msg.out_slots) if msg.want_output else None
         sync_all()
+        changes = self._new_changes()
+        t3 = time.monotonic()
         return ReplyMsg(
             nonce=msg.nonce,
             ok=True,
@@ -282,8 +307,9 @@ class Contestant:
             ns=ns,
             kernels=kernels,
             reasons=reasons,
-            integrity=self._new_changes(),
+            integrity=changes,
             device=self.device.name if self.device else None,
+            host_s={"inputs": t1 - t0, "call": t2 - t1, "output": t3 - t2},
         )
 
 
@@ -443,7 +469,11 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
         return int(WorkerExit.BAD_JOB)
+    t0 = time.monotonic()
     preload_frameworks()
+    t1 = time.monotonic()
+    init_cuda()
+    t2 = time.monotonic()
     if cjob.child_timer == "range":
         import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
     timer: CuptiTimer | None = None
@@ -451,7 +481,14 @@ def main(argv: list[str]) -> int:
         timer = CuptiTimer()
         timer.start()  # loads libcupti: before confinement and before any candidate import
     not_confined = confine(cjob)  # before any candidate code and before any thread
-    return Contestant(cjob, not_confined, timer).serve()
+    contestant = Contestant(cjob, not_confined, timer)
+    contestant.startup_s = {
+        "process": round(t0 - (time.monotonic() - process_age_s()), 4),
+        "frameworks": round(t1 - t0, 4),
+        "cuda": round(t2 - t1, 4),
+        "timer+confine": round(time.monotonic() - t2, 4),
+    }
+    return contestant.serve()
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from nsight_core.collectors.events import sync_all
 from nsight_core.contestant import (
     EventWriter,
     failure_event,
+    init_cuda,
     preload_frameworks,
     seed_all,
 )
@@ -84,6 +85,7 @@ from nsight_core.request import ProfileRequest
 from nsight_core.sandbox import (
     SandboxLimits,
     SandboxOutcome,
+    process_age_s,
     run_sandboxed,
     watch_parent_pipe,
 )
@@ -269,6 +271,7 @@ class Judge:
 
     def load_trusted(self) -> WorkerExit | None:
         preload_frameworks()
+        init_cuda()
         source = Path(self.job.source_file) if self.job.source_file else None
         workdir = Path(self.job.workdir)
         for role, spec in (("reference", self.req.reference), ("inputs", self.req.inputs)):
@@ -301,6 +304,15 @@ class Judge:
             self._suspect(None, f"{what}; the harness imported the real one first", "")
         self.confined = msg.confined
         self.notes += msg.notes
+        self._add_host_s(msg.host_s)
+
+    def _add_host_s(self, host_s: dict[str, float]) -> None:
+        """The contestant's own account of its time, kept apart ("contestant." keys) for the
+        benchmarks: it comes from candidate code's process, so no verdict reads it."""
+        for k, v in list(host_s.items())[:8]:
+            if isinstance(v, float) and 0.0 <= v < 1e6:
+                key = f"contestant.{k[:32]}"
+                self.phase_seconds[key] = round(self.phase_seconds.get(key, 0.0) + v, 4)
 
     def _suspect(self, annotation: str | None, reason: str, what: str) -> None:
         if reason in self._suspects:
@@ -357,6 +369,7 @@ class Judge:
         )
         self.judge_s += time.perf_counter() - t0
         self._chan.send(msg.model_dump_json().encode())
+        t_sent = time.monotonic()
         while True:
             reply = self._read()
             if isinstance(reply, ReplyMsg) and reply.nonce == nonce:
@@ -367,6 +380,9 @@ class Judge:
                 "report); in-process numbers of this job are not trustworthy",
                 "nsight_core.protocol",
             )
+        rt = round(time.monotonic() - t_sent, 4)
+        self.phase_seconds["roundtrips"] = round(self.phase_seconds.get("roundtrips", 0.0) + rt, 4)
+        self._add_host_s(reply.host_s)
         if reply.device:
             self.device = reply.device
         for what in reply.integrity:
@@ -577,8 +593,12 @@ class Judge:
             self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + (t1 - t0)
             self.events.emit(PhaseEvent(phase=name, state="end", t=t1))
 
-    def run(self) -> int:
+    def run(self, started: float | None = None) -> int:
         self.start_contestant()
+        # Where a job's wall time goes, for the benchmarks: this process's start until the
+        # contestant is spawned, then (in "import") until its hello, and its exit at the end.
+        if started is not None:
+            self.phase_seconds["spawn"] = round(time.monotonic() - started, 4)
         try:
             return self._run()
         except (ContestantGone, TimeoutError) as exc:
@@ -621,7 +641,9 @@ class Judge:
         if chan is not None:
             with contextlib.suppress(OSError, AssertionError):
                 chan.send(ExitMsg().model_dump_json().encode())
+        t0 = time.monotonic()
         outcome = proc.wait(timeout=30.0) if proc is not None else None
+        self.phase_seconds["exit"] = round(time.monotonic() - t0, 4)
         if chan is not None:
             chan.close()
         self.arena.close()
@@ -679,7 +701,7 @@ def main(argv: list[str]) -> int:
         return int(WorkerExit.BAD_JOB)
     judge = Judge(job, job.request, job_dir)
     try:
-        return judge.run()
+        return judge.run(time.monotonic() - process_age_s())
     except Exception as exc:
         with EventWriter(job_dir / EVENTS_FILE) as events:
             events.emit(failure_event("<judge>", "profile", exc))

@@ -343,6 +343,8 @@ class HelloMsg(_Msg):
     shadowed: list[str] = Field(default_factory=list)
     confined: bool = False
     notes: list[str] = Field(default_factory=list)
+    host_s: dict[str, float] = Field(default_factory=dict)
+    """Where the contestant's start-up went (seconds): for benchmarks, never for verdicts."""
 
 
 class KernelTiming(_Msg):
@@ -371,6 +373,8 @@ class ReplyMsg(_Msg):
     integrity: list[str] = Field(default_factory=list)
     """Harness functions or framework attributes found changed since start-up."""
     device: str | None = None
+    host_s: dict[str, float] = Field(default_factory=dict)
+    """Where the call's host time went (seconds): for benchmarks, never for verdicts."""
 
 
 ContestantMsg = Annotated[HelloMsg | ReplyMsg, Field(discriminator="type")]

@@ -1219,3 +1219,14 @@ def classify_end(
         # A shell or launcher reports a child's death by signal N as 128 + N.
         hint = f"code {exit_code} is what launchers report for {_signal_name(exit_code - 128)}"
     return ErrorClass.CRASHED, with_tail(f"exited with unexpected code {exit_code}"), hint
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux /proc; 0.0 elsewhere): the interpreter's
+    start and our imports belong to the job's timeline too."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return max(0.0, boot_s - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0

@@ -47,3 +47,14 @@ def test_importing_nsight_core_imports_no_framework_or_report_reader() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_every_public_name_resolves_lazily() -> None:
+    """`__all__` and the lazy table agree, and each name loads (PEP 562 `__getattr__`)."""
+    import nsight_core
+
+    assert sorted(nsight_core.__all__) == sorted(nsight_core._PUBLIC)
+    for name in nsight_core.__all__:
+        assert getattr(nsight_core, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = nsight_core.nope

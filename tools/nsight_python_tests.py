@@ -73,17 +73,27 @@ def _outcomes(junit: Path) -> list[tuple[str, str, str, str]]:
     """(file, test, outcome, first line of the message) for every test case."""
     out = []
     for case in ET.parse(junit).getroot().iter("testcase"):
-        file = case.get("file") or (case.get("classname") or "").replace(".", "/") + ".py"
         name = case.get("name") or "?"
+        classname = case.get("classname") or ""
+        # A file that fails to import is one case with no class, named after the module.
+        module = classname or name
+        file = case.get("file") or module.replace(".", "/") + ".py"
         outcome, message = "passed", ""
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
-                text = child.get("message") or child.text or ""
-                message = text.strip().splitlines()[0][:200] if text.strip() else ""
+                message = _first_reason(child.get("message") or "", child.text or "")
                 break
-        out.append((Path(file).name, name, outcome, message))
+        out.append((Path(file).name, name if classname else "<import>", outcome, message))
     return out
+
+
+def _first_reason(message: str, text: str) -> str:
+    """The exception line of pytest's report ("E   Error: ..."), else the message's first line;
+    a collection error's message is only "collection failure"."""
+    errors = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    reason = errors[-1] if errors else (message.strip() or text.strip())
+    return reason.splitlines()[0][:200] if reason else ""
 
 
 def main(argv: list[str]) -> int:
@@ -108,6 +118,7 @@ def main(argv: list[str]) -> int:
             [str(shim), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
+               "--continue-on-collection-errors",
                f"--junitxml={junit}", "--rootdir", str(scratch), *map(str, paths)]  # fmt: skip
         if args.expr:
             cmd += ["-k", args.expr]

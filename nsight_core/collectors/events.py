@@ -1,8 +1,8 @@
 """The `events` backend, child side: time one call with CUDA events or a host clock.
 
 Runs inside the worker. On a GPU (torch or cupy arguments on a CUDA device) each sample is
-CUDA-event time around the call after the L2 cache was flushed by overwriting a buffer twice
-its size; on a CPU it is `perf_counter_ns` around the call. Inputs are made outside the timed
+CUDA-event time around the call after the L2 cache was flushed by reading a buffer twice its
+size; on a CPU it is `perf_counter_ns` around the call. Inputs are made outside the timed
 region by the worker. The numbers include launch overhead, so they are not comparable with
 ncu's `gpu__time_duration`; rows say which backend made them.
 
@@ -27,7 +27,12 @@ from nsight_core.results import Failure
 from nsight_core.settings import JobSettings
 
 L2_FLUSH_FACTOR = 2
-"""Overwrite twice the L2 size so no line of the previous call's data survives."""
+"""Read twice the L2 size so no line of the previous call's data survives.
+
+Reading, not writing: a write flush leaves the L2 full of dirty lines, and the timed kernel
+then pays for their write-back. On the H200 that added 1.5 to 3.9 us to the softmax sweep's
+kernels (CUPTI kernel time: write flush 9.8/11.8/33.9/56.4 us, read flush 8.3/10.4/30.0/
+54.5 us), while ncu's cache control leaves the L2 clean."""
 
 
 @dataclass
@@ -49,19 +54,17 @@ class Device:
             return
         if self._flush_buf is None:
             self._flush_buf = self._alloc_flush_buffer()
-        if self.kind == "torch-cuda":
-            self._flush_buf.zero_()
-        else:
-            self._flush_buf.fill(0)
+        self._flush_buf.sum()  # a float32 view: one reduction reads every line
 
     def _alloc_flush_buffer(self) -> Any:
         if self.kind == "torch-cuda":
             torch = sys.modules["torch"]
             l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20))
-            return torch.empty(max(l2, 1 << 20) * L2_FLUSH_FACTOR, dtype=torch.uint8, device="cuda")
+            n = max(l2, 1 << 20) * L2_FLUSH_FACTOR // 4
+            return torch.zeros(n, dtype=torch.float32, device="cuda")
         cupy = sys.modules["cupy"]
         l2 = int(cupy.cuda.runtime.getDeviceProperties(0).get("l2CacheSize", 64 << 20))
-        return cupy.empty(max(l2, 1 << 20) * L2_FLUSH_FACTOR, dtype=cupy.uint8)
+        return cupy.zeros(max(l2, 1 << 20) * L2_FLUSH_FACTOR // 4, dtype=cupy.float32)
 
     def time_call(self, fn: Callable[[], Any]) -> tuple[Any, float]:
         """Run `fn` once and return (its result, elapsed ns).

@@ -18,7 +18,7 @@ gpu__time_duration.sum and dram__throughput.avg.pct_of_peak_sustained_elapsed,
 
 It prints, per (annotation, shape, metric), each route's AvgValue and its deviation from the
 raw value, and each route's wall time divided by the raw run's (goals: kernel <= 1.2,
-mcp <= 1.1). Ratios are measured in this same command, never against a stored number.
+mcp <= 1.0). Ratios are measured in this same command, never against a stored number.
 """
 
 from __future__ import annotations
@@ -154,10 +154,37 @@ async def _mcp(store: str) -> tuple[float, dict[tuple[str, int, str], float], st
     sys.stderr.write(
         f"judge (inputs, reference, output checks of every call): {judge_s:.3f} s of the "
         f"job's {job_s:.2f} s = {100 * judge_s / job_s:.1f} % (goal <= 10 %)\n"
+        f"the job's phases (s): {json.dumps(prov.get('phase_seconds') or {})}\n"
     )
     rows = answer.structured_content["rows"]
     values = {(r["Annotation"], r["ConfigId"], r["Metric"]): r["AvgValue"] for r in rows}
     return wall, values, doc
+
+
+def startup_costs() -> str:
+    """Fixed costs every route pays, to read the wall times against: a Python that imports
+    torch and touches the GPU, bare and under ncu (nothing profiled), and our harness imports."""
+    ncu = os.environ.get("NSPY_NCU", "ncu")
+    touch = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
+    cases = {
+        "python+torch+cuda": [sys.executable, "-c", touch],
+        "ncu python+torch+cuda": [
+            ncu, "--nvtx", "--nvtx-include", "regex:nspy@.+", "--target-processes", "all",
+            sys.executable, "-c", touch,
+        ],
+        "import nsight_core.contestant": [
+            sys.executable, "-P", "-c", "import nsight_core.contestant",
+        ],
+        "import nsight_core.judge": [
+            sys.executable, "-P", "-c", "import nsight_core.judge",
+        ],
+    }  # fmt: skip
+    out = []
+    for name, cmd in cases.items():
+        t0 = time.monotonic()
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120, cwd=ROOT)
+        out.append(f"{name}: {time.monotonic() - t0:.2f} s")
+    return "fixed costs: " + "; ".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel_wall, kernel_values = run_kernel_api()
         mcp_wall, mcp_values, read_doc = anyio.run(_mcp, str(work / "store"))
         raw2, raw2_values = run_raw(work, "2")
+        sys.stderr.write(startup_costs() + "\n")
     raw = (raw1 + raw2) / 2
     lines = [
         f"{'annotation':30} {'shape':10} {'metric':52} {'raw':>10} {'raw2%':>6} "
@@ -200,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(
         f"wall: raw {raw1:.2f} s / {raw2:.2f} s (baseline, their mean: {raw:.2f} s); "
         f"@kernel {kernel_wall:.2f} s = {kernel_wall / raw:.3f}x (goal <= 1.2); "
-        f"MCP profile_candidates {mcp_wall:.2f} s = {mcp_wall / raw:.3f}x (goal <= 1.1)"
+        f"MCP profile_candidates {mcp_wall:.2f} s = {mcp_wall / raw:.3f}x (goal <= 1.0)"
     )
     sys.stdout.write("\n".join(lines) + "\n")
     if args.json:
