@@ -56,6 +56,7 @@ from nsight_core.protocol import (
     HelloMsg,
     JudgeMsg,
     KernelTiming,
+    LoadMsg,
     Phase,
     ProgressEvent,
     RangeEvent,
@@ -196,13 +197,15 @@ class Contestant:
         self._reported.update(changes)
         return changes
 
-    def load(self) -> HelloMsg:
+    def load(self, specs: list[str]) -> HelloMsg:
+        """Import ``specs``: the reference alone at start, the candidates on the judge's
+        LoadMsg once the reference's calls are done."""
         t0 = time.monotonic()
         source = Path(self.job.source_file) if self.job.source_file else None
         workdir = Path(self.job.workdir)
         failures: list[FailureEvent] = []
         integrity: list[str] = []
-        for spec in self.job.annotations:
+        for spec in specs:
             try:
                 self.fns[spec] = load_callable(spec, workdir=workdir, source_file=source)
             except Exception as exc:
@@ -228,7 +231,7 @@ class Contestant:
         self._sock = sock
         threading.Thread(target=_die_with_judge, args=(sock,), daemon=True).start()
         self._reader = sock.makefile("rb")
-        self._send(self.load())
+        self._send(self.load(self.job.annotations[:1]))
         while True:
             line = self._reader.readline()
             if not line:
@@ -236,6 +239,9 @@ class Contestant:
             msg = _JUDGE_MSG.validate_json(line)
             if isinstance(msg, ExitMsg):
                 return int(WorkerExit.OK)
+            if isinstance(msg, LoadMsg):
+                self._send(self.load(self.job.annotations[1:]))
+                continue
             self._send(self.call(msg))
 
     def _send(self, msg: BaseModel) -> None:

@@ -70,6 +70,7 @@ from nsight_core.protocol import (
     FailureEvent,
     FloorEvent,
     HelloMsg,
+    LoadMsg,
     Phase,
     PhaseEvent,
     ProgressEvent,
@@ -241,6 +242,8 @@ class Judge:
         self.confined = False
         self.notes: list[str] = []
         self.current: tuple[str, int | None, int | None] = ("<contestant>", None, None)
+        self._bounds: dict[int, TrivialBound | None] = {}
+        """Per config, the trivial-answer bound of its first expected output (both passes)."""
 
     # -- start -----------------------------------------------------------------------------
     def start_contestant(self) -> None:
@@ -290,20 +293,30 @@ class Judge:
         return None
 
     def hello(self) -> None:
+        """The contestant's start: it has imported the reference, and nothing else."""
         assert self._chan is not None and self._proc is not None
         self._chan.accept(self._proc.alive, time.monotonic() + START_TIMEOUT_S)
+        self._take_hello()
+
+    def load_candidates(self) -> None:
+        """After the reference's last call: the contestant imports the candidates."""
+        assert self._chan is not None
+        self._chan.send(LoadMsg().model_dump_json().encode())
+        self._take_hello()
+
+    def _take_hello(self) -> None:
         msg = self._read()
         if not isinstance(msg, HelloMsg):
-            raise ValueError("the contestant's first message was not its hello")
+            raise ValueError("the contestant answered with a call reply where a hello was due")
         for f in msg.failures:
             self.events.emit(f)
-        self.loaded = [a for a in self.req.annotations if a in msg.loaded]
+        self.loaded += [a for a in self.req.annotations if a in msg.loaded and a not in self.loaded]
         for what in msg.integrity:
             self._suspect(None, f"candidate code rebound {what}", what)
         for what in msg.shadowed:
             self._suspect(None, f"{what}; the harness imported the real one first", "")
         self.confined = msg.confined
-        self.notes += msg.notes
+        self.notes += [n for n in msg.notes if n not in self.notes]
         self._add_host_s(msg.host_s)
 
     def _add_host_s(self, host_s: dict[str, float]) -> None:
@@ -399,9 +412,13 @@ class Judge:
         return reply, actual
 
     # -- one config ----------------------------------------------------------------------
-    def run_config(self, cid: int, config: dict[str, Any], done: list[int], total: int) -> bool:
-        """All calls of one config; False when the reference itself failed on it."""
-        st = _ConfigState(cid, config, [a for a in self.req.annotations if a in self.loaded])
+    def run_config(
+        self, cid: int, config: dict[str, Any], anns: list[str], done: list[int], total: int
+    ) -> bool:
+        """All calls of ``anns`` on one config; False when the reference itself (the judge's
+        run of it, or the input maker) failed on it."""
+        st = _ConfigState(cid, config, [a for a in anns if a in self.loaded])
+        st.bound_known, st.bound = cid in self._bounds, self._bounds.get(cid)
         untimed = self.untimed_calls
         try:
             with self.phase("check"):
@@ -409,7 +426,7 @@ class Judge:
                     for ann in st.anns:
                         if ann in st.alive:
                             self._one(st, ann, None)
-                    done[0] += 1
+                        done[0] += 1
                     self.events.emit(
                         ProgressEvent(phase="check", config_id=cid, done=done[0], total=total)
                     )
@@ -452,7 +469,7 @@ class Judge:
         out = self.ref(*args, **kwargs)
         sync_all()
         if not st.bound_known:
-            st.bound = trivial_bound(out, inputs, spec.atol, spec.rtol)
+            st.bound = self._bounds[st.cid] = trivial_bound(out, inputs, spec.atol, spec.rtol)
             st.bound_known = True
             # The physical floor (issue 15): bytes in and out, once per config.
             self.events.emit(
@@ -626,14 +643,22 @@ class Judge:
                 return int(code)
             self.hello()
         configs = self.req.configs
-        untimed = self.untimed_calls
-        total = len(configs) * (untimed + self.req.runs * len(self.loaded))
+        total = len(configs) * (self.untimed_calls + self.req.runs) * len(self.req.annotations)
         done = [0]
-        ref_ok = False
-        for cid, config in enumerate(configs):
-            ref_ok |= self.run_config(cid, config, done, total)
-        if configs and not ref_ok:
+        # The reference first, every config, while it is the only code in the contestant;
+        # then the candidates. Nothing a candidate leaves running can reach its ranges.
+        ref_ok = [
+            self.run_config(cid, config, [self.req.reference], done, total)
+            for cid, config in enumerate(configs)
+        ]
+        if configs and not any(ref_ok):
             return int(WorkerExit.REFERENCE_FAILED)
+        with self.phase("import"):
+            self.load_candidates()
+        candidates = [a for a in self.req.annotations[1:] if a in self.loaded]
+        for cid, config in enumerate(configs):
+            if ref_ok[cid] and candidates:
+                self.run_config(cid, config, candidates, done, total)
         return int(WorkerExit.OK)
 
     def _finish(self) -> None:

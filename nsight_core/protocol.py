@@ -332,7 +332,16 @@ class ExitMsg(_Msg):
     type: Literal["exit"] = "exit"
 
 
-JudgeMsg = Annotated[CallMsg | ExitMsg, Field(discriminator="type")]
+class LoadMsg(_Msg):
+    """Import the candidates now. The contestant starts with the reference alone, and the
+    judge sends this once every call of the reference is done, so no candidate code exists
+    in the process while the reference runs (issue 10: a candidate's thread or stream could
+    otherwise add kernels to the reference's ranges). The reply is a second HelloMsg."""
+
+    type: Literal["load"] = "load"
+
+
+JudgeMsg = Annotated[CallMsg | ExitMsg | LoadMsg, Field(discriminator="type")]
 
 
 class HelloMsg(_Msg):

@@ -10,6 +10,8 @@ line continues the one above):
 - ``Expect reasons:`` text that must appear in the correctness Reasons;
 - ``Expect trust:`` allowed Trust values of the timed rows (for ``pass``);
 - ``Expect min time ns:`` a floor every timed run must reach (proves no cached fast path ran);
+- ``Expect reference kernels:`` text every kernel name of the reference's rows contains, in
+  its job (where rows name kernels: ncu and cupti);
 - ``Runs alone:`` why the candidate gets a job of its own (the others share one job);
 - ``Spec:`` the callable when it is not ``<file>.py:candidate`` (a file in a subfolder);
 - ``Check atol:`` and ``Config:`` (``rows=8, cols=4096, scale=0.5``) for a job of its own
@@ -31,13 +33,15 @@ from typing import Any
 
 import pytest
 
+from nsight_core.collectors.events import EVENTS_KERNEL
 from nsight_core.pipeline import run_profile_job
 from nsight_core.request import CheckSpec, KernelsSpec, ProfileRequest
 from nsight_core.results import ProfileResult
 
 HERE = Path(__file__).resolve().parent
 _KEY = re.compile(
-    r"^(Hack|Expect|Expect reasons|Expect trust|Expect min time ns|Runs alone|Defence|Spec"
+    r"^(Hack|Expect|Expect reasons|Expect trust|Expect min time ns|Expect reference kernels"
+    r"|Runs alone|Defence|Spec"
     r"|Check atol|Config): (.*)$"
 )
 
@@ -187,6 +191,13 @@ def test_candidate_gets_the_verdict_its_header_states(
     expected_reason = header.fields.get("Expect reasons")
     if expected_reason is not None:
         assert expected_reason.lower() in reasons.lower(), reasons
+    own = header.fields.get("Expect reference kernels")
+    if own is not None:
+        ref_rows = [r for r in result.rows if r.Annotation == "_reference.py:softmax"]
+        assert ref_rows and all(r.Trust in ("ok", "noisy") for r in ref_rows)
+        named = [k for r in ref_rows for k in r.Kernels if k != EVENTS_KERNEL]  # events: no names
+        foreign = {k for k in named if own.lower() not in k.lower()}
+        assert not foreign, f"kernels of another thread in the reference's rows: {foreign}"
 
 
 def test_the_reference_is_timed_and_trusted_in_every_job(
