@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from nsight_core.collectors.events import EVENTS_KERNEL
 from nsight_core.results import ProfileResult
 from tests.hacks.test_hacks import HEADERS, Header, run_catalogue
 
@@ -63,6 +64,14 @@ def test_the_catalogue_on_the_gpu(backend: str, tmp_path_factory: pytest.TempPat
             problems.append(f"{h.name}: verdict {verdict}, expected {expect} ({res.message})")
         elif verdict == "pass" and not set(trust.split(",")) <= _expected_trust(h, backend):
             problems.append(f"{h.name}: trust {trust}, expected {_expected_trust(h, backend)}")
+        own = h.fields.get("Expect reference kernels")
+        if own is not None:
+            ref = [r for r in res.rows if r.Annotation == REFERENCE]
+            names = {k for r in ref for k in r.Kernels if k != EVENTS_KERNEL}
+            foreign = {k for k in names if own.lower() not in k.lower()}
+            lines.append(f"{'':26} reference's kernels: {sorted(names) or '-'}")
+            if foreign or not ref:
+                problems.append(f"{h.name}: the reference's rows hold {sorted(foreign)}")
         fallback = backend == "ncu" and h.name == "fallback_to_reference"
         if fallback and "reference's kernels" not in reasons:
             problems.append(f"{h.name}: the fallback is not named ({reasons})")
