@@ -432,10 +432,14 @@ def confine(job: ContestantJob) -> str | None:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available():
             return "file access not confined: CUDA is available (set NSPY_MCP_CONFINE=1 to force)"
+    # The sandbox's private HOME and TMPDIR of this process (made by the judge's sandbox
+    # before this process started): JIT caches and, under ncu, its injected library's lock
+    # directory live there.
+    own = [Path(os.environ[v]) for v in ("HOME", "TMPDIR") if os.environ.get(v, "").startswith("/")]
     access = default_fs_access(
         Path(job.workdir),
         read=[Path(p) for p in job.read_dirs],
-        write=[Path(p) for p in job.write_dirs],
+        write=[*(Path(p) for p in job.write_dirs), *own],
     )
     try:
         restrict_this_process(access)

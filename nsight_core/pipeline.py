@@ -55,15 +55,15 @@ of CUDA IPC (for hosts where IPC is unavailable; the judge also falls back by it
 
 
 def confine_contestant(backend: Backend) -> Literal["on", "off", "cpu-only"]:
-    """'on'/'off' from NSPY_MCP_CONFINE; by default 'cpu-only': in-process-timed contestants
-    on hosts with Landlock are confined unless they can use CUDA (CUDA IPC under Landlock
-    failed on the H200, see docs/correctness.md)."""
+    """'on'/'off' from NSPY_MCP_CONFINE; by default 'on' wherever the kernel has Landlock,
+    whatever the backend. The contestant creates its CUDA context before it confines itself
+    (CUDA's first initialisation opens files no allow-list can name in advance; once it is
+    up, kernels, IPC and JIT caches work confined: docs/correctness.md)."""
+    del backend  # every backend's contestant is confined the same way
     wanted = os.environ.get(CONFINE_ENV, "").strip()
     if wanted in ("0", "1"):
         return "on" if wanted == "1" else "off"
-    if backend.child_timer in ("clock", "cupti") and landlock_abi() > 0:
-        return "cpu-only"
-    return "off"
+    return "on" if landlock_abi() > 0 else "off"
 
 
 def preflight(request: ProfileRequest) -> None:
@@ -212,4 +212,6 @@ def jit_cache_env() -> dict[str, str]:
     env = {}
     for var, sub in (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "cuda")):
         env[var] = os.environ.get(var) or str(base / sub)
+        # Made now: a confined contestant may write beneath them but create nothing above.
+        Path(env[var]).mkdir(parents=True, exist_ok=True)
     return env

@@ -683,6 +683,9 @@ def default_fs_access(
     py.update(p for p in sys.path if os.path.isabs(p))
     py.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p))
     caches = [os.environ[v] for v in CACHE_DIR_VARS if os.environ.get(v)]
+    for cache in caches:  # a rule grants nothing for a path that does not exist yet
+        with contextlib.suppress(OSError):
+            Path(cache).mkdir(parents=True, exist_ok=True)
     reads = [Path(p) for p in (*SYSTEM_READ_DIRS, *sorted(py))]
     writes = [Path(p) for p in (*SYSTEM_WRITE_DIRS, *caches)]
     return FsAccess(read=(*reads, Path(workdir), *read), write=(*writes, *write))

@@ -10,7 +10,7 @@ Four cases, one config and 3 runs each, the annotation named after the case (a r
 
 - ``diagnose_softmax``: ``torch.softmax`` over 4096x4096 fp32 (compute-bound by ncu's
   SpeedOfLight: SM 70 %, DRAM 44 % on the H200);
-- ``diagnose_copy``: ``y.copy_(x)`` of 2^26 fp32 (memory-bound);
+- ``diagnose_copy``: ``torch.mul(x, 2, out=y)`` over 2^26 fp32 (memory-bound);
 - ``diagnose_matmul``: a bf16 4096^3 ``torch.matmul`` (compute-bound, tensor pipe);
 - ``diagnose_tiny``: ``torch.add`` on 32 elements, one block (latency-bound).
 
@@ -42,7 +42,10 @@ CASES = {
         "torch.softmax(x, dim=-1), x 4096x4096 fp32: compute-bound by ncu's SpeedOfLight on "
         "the H200 (SM 70 %, DRAM 44 %: torch's kernel spends its time in exp and reductions)"
     ),
-    "diagnose_copy": "y.copy_(x), 2^26 fp32 elements (256 MiB each way): memory-bound",
+    "diagnose_copy": (
+        "torch.mul(x, 2, out=y), 2^26 fp32 elements (256 MiB each way): memory-bound "
+        "(a kernel; y.copy_(x) is a cudaMemcpy, which ncu does not profile)"
+    ),
     "diagnose_matmul": "torch.matmul(a, b), bf16 4096x4096 @ 4096x4096: compute-bound",
     "diagnose_tiny": "torch.add(x, y), 32 fp32 elements (one block): latency-bound",
 }
@@ -66,7 +69,7 @@ if case == "diagnose_softmax":
 elif case == "diagnose_copy":
     x = torch.randn(1 << 26, device=dev)
     y = torch.empty_like(x)
-    call = lambda: y.copy_(x)  # noqa: E731
+    call = lambda: torch.mul(x, 2.0, out=y)  # noqa: E731
 elif case == "diagnose_matmul":
     a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)

@@ -6,7 +6,7 @@ comparison runs on the device. Prints one table per backend (class, verdict, tru
 writes it to $NSPY_TRUST_TABLE when set.
 
 Backend differences the headers cannot state, checked here:
-- under ncu a patched in-process timer changes nothing (times come from outside), so its
+- under ncu a patched in-process timer or a forged sample line changes nothing (times come from outside), so its
   rows stay trusted;
 - under ncu a silent fallback to the reference is named in Reasons (its kernels are the
   reference's); a reason, not a verdict, since honest candidates built on the same library
@@ -36,15 +36,20 @@ def _verdict(header: Header, result: ProfileResult) -> tuple[str, str, str]:
     if checks and any(c.ErrorClass not in (None, "incorrect") for c in checks):
         verdict = ",".join(sorted({str(c.ErrorClass) for c in checks if c.ErrorClass}))
     trust = ",".join(sorted({r.Trust for r in rows})) or "-"
-    reasons = "; ".join(sorted({x for r in rows for x in r.Reasons}))[:140]
+    reasons = "; ".join(sorted({x for r in rows for x in r.Reasons}))
     return verdict, trust, reasons
 
 
 def _expected_trust(header: Header, backend: str) -> set[str]:
     allowed = {t.strip() for t in header.fields.get("Expect trust", "ok, noisy").split(",")}
-    if backend == "ncu" and header.name == "patch_timer":
+    if backend == "ncu" and header.name in IN_PROCESS_ONLY:
         return {"ok", "noisy"}
     return allowed
+
+
+IN_PROCESS_ONLY = ("patch_timer", "forge_reports")
+"""Hacks aimed at in-process numbers: under ncu the times come from outside the process, so
+a patched timer or a forged sample line changes nothing and the rows stay trusted."""
 
 
 @pytest.mark.gpu
@@ -56,7 +61,7 @@ def test_the_catalogue_on_the_gpu(backend: str, tmp_path_factory: pytest.TempPat
     for h in HEADERS:
         res = results[h.spec]
         verdict, trust, reasons = _verdict(h, res)
-        lines.append(f"{h.name:26} {verdict:12} {trust:22} {reasons}")
+        lines.append(f"{h.name:26} {verdict:12} {trust:22} {reasons[:140]}")
         expect = h.expect
         if expect == "incorrect or pass":
             expect = verdict
@@ -91,4 +96,4 @@ def test_the_catalogue_on_the_gpu(backend: str, tmp_path_factory: pytest.TempPat
     if out:
         with Path(out).open("a") as fh:
             fh.write(text + "\n")
-    assert problems == []
+    assert not problems, "\n".join(problems)
