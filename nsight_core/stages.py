@@ -153,8 +153,8 @@ def choose_screen(request: ProfileRequest) -> tuple[str, str | None]:
         )
 
 
-def preflight_staged(request: ProfileRequest, *, final_backend: str | None = None) -> str:
-    """Refuse a staged request that cannot work here; the screen backend it will use.
+def preflight_request(request: ProfileRequest, *, final_backend: str | None = None) -> None:
+    """Refuse a request (staged or not) that cannot work here, before it is queued.
 
     The profile stage must measure from outside the candidate's process (ncu), or it adds
     nothing the screen does not give. `final_backend` replaces the request's backend for
@@ -162,7 +162,7 @@ def preflight_staged(request: ProfileRequest, *, final_backend: str | None = Non
     """
     if request.stages is None:
         preflight(request)
-        return request.backend
+        return
     if final_backend is None and get_backend(request.backend).evidence != "external":
         raise NsightCoreError(
             ErrorClass.INVALID_REQUEST,
@@ -173,8 +173,7 @@ def preflight_staged(request: ProfileRequest, *, final_backend: str | None = Non
         )
     final = final_backend_of(request, final_backend)
     preflight(profile_request(request, final, request.candidates, request.time_limit_s))
-    screen, _ = choose_screen(request)
-    return screen
+    choose_screen(request)
 
 
 # -- ranking -------------------------------------------------------------------------------
@@ -354,7 +353,7 @@ def run_staged(
     budget = _Budget(request, clock(), clock)
     final = final_backend_of(request, final_backend)
     try:
-        preflight_staged(request, final_backend=final_backend)
+        preflight_request(request, final_backend=final_backend)
         screen_backend, fallback_note = choose_screen(request)
     except NsightCoreError as err:
         return ProfileResult(
