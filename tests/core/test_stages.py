@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.request import ProfileRequest
-from nsight_core.results import Comparison, Correctness, ProfileResult, Row
+from nsight_core.results import Comparison, Correctness, ProfileResult, Row, TrustLevel
 from nsight_core.stages import (
     StageEta,
     StageUpdate,
@@ -169,7 +169,7 @@ def test_cupti_screen_falls_back_to_events_where_cupti_cannot_run(tmp_path: Path
 # -- ranking rules, on results as the screen writes them -------------------------------------
 
 
-def _row(ann: str, trust: str = "ok", reasons: list[str] | None = None) -> Row:
+def _row(ann: str, trust: TrustLevel = "ok", reasons: list[str] | None = None) -> Row:
     return Row(
         Annotation=ann,
         ConfigId=0,
@@ -190,7 +190,7 @@ def _row(ann: str, trust: str = "ok", reasons: list[str] | None = None) -> Row:
         Kernel="call",
         Backend="events",
         Evidence="in_process",
-        Trust=trust,  # type: ignore[arg-type]
+        Trust=trust,
         Reasons=reasons or [],
     )
 
