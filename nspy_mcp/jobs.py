@@ -589,7 +589,12 @@ class JobQueue:
             for s in partial.stages
         ]
         done = [s.Stage for s in stages if s.Status not in ("running", "pending")]
-        shown = f"rows of the finished stage(s) {done} are below; " if done else ""
+        shown = (
+            f"rows of the finished stage(s) {done} are below (the screen's numbers rank "
+            "candidates; report the profile stage's); "
+            if done
+            else ""
+        )
         message = (
             f"running on {job.where}: {latest.progress:.0f} %, {latest.message}; {shown}"
             f"call read_results with result_id={job.result_id} ({latest.eta_text()}); pass "
