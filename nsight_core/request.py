@@ -32,6 +32,9 @@ ClockControl = Literal["none", "base"]
 CLOCK_CONTROLS: tuple[ClockControl, ...] = get_args(ClockControl)
 ReplayMode = Literal["kernel", "range"]
 REPLAY_MODES: tuple[ReplayMode, ...] = get_args(ReplayMode)
+ScreenBackend = Literal["cupti", "events"]
+SCREEN_BACKENDS: tuple[ScreenBackend, ...] = get_args(ScreenBackend)
+"""Backends a staged request may screen with: the fast timers (docs/stages.md)."""
 
 MAX_CONFIG_DEPTH = 16
 """Deepest nesting allowed inside one config (a config dict itself is depth 1). Configs are
@@ -171,6 +174,28 @@ GpuUuid = Annotated[str, Field(pattern=f"^{GPU_UUID_PATTERN}$", max_length=80)]
 ConfigValue = int | float | str | bool | None | list[Any] | dict[str, Any]
 
 
+class StagesSpec(_Strict):
+    """Staged evaluation: screen every candidate with a fast timer, profile the best under ncu."""
+
+    screen: ScreenBackend = Field(
+        "cupti",
+        description=(
+            "Backend of the screen stage, which also checks every candidate: 'cupti' (kernel "
+            "durations; falls back to 'events' where cupti cannot run, and says so) or 'events'."
+        ),
+    )
+    top_k: int = Field(
+        3,
+        ge=1,
+        le=31,
+        strict=True,
+        description=(
+            "How many of the fastest passing candidates the profile stage measures under "
+            "`backend` with `metrics`, next to the reference. Must be below len(candidates)."
+        ),
+    )
+
+
 def _one_empty_config() -> list[dict[str, ConfigValue]]:
     return [{}]
 
@@ -255,13 +280,35 @@ class ProfileRequest(_Strict):
         gt=0,
         strict=True,
         le=7200,
-        description="Wall-clock limit for the whole job; the job is killed after it.",
+        description=(
+            "Wall-clock limit for the whole job (with `stages`: for each stage's job, "
+            "budget_s bounds them together); the job is killed after it."
+        ),
     )
     device: Annotated[int, Field(ge=0, le=1023, strict=True)] | GpuUuid | None = Field(
         None,
         description=(
             "Run on this GPU of the server's host: its index (as check_environment lists it) "
             "or its UUID ('GPU-...'). Default: the first free, idle GPU."
+        ),
+    )
+    stages: StagesSpec | None = Field(
+        None,
+        description=(
+            "Staged evaluation (default off): check and screen all candidates with a fast "
+            "timer, then profile the reference and the top_k fastest under `backend` (ncu). "
+            "E.g. {'screen': 'cupti', 'top_k': 3}; see docs/stages.md."
+        ),
+    )
+    budget_s: float | None = Field(
+        None,
+        gt=0,
+        le=7200,
+        strict=True,
+        description=(
+            "With `stages`: wall-clock budget for all stages together. A stage that cannot "
+            "start in time is skipped, a running one is stopped when it is spent (its rows "
+            "so far are kept); the result says which."
         ),
     )
     wait_s: float = Field(
@@ -342,9 +389,24 @@ class ProfileRequest(_Strict):
             )
         if self.reference in self.candidates:
             raise ValueError("the reference is profiled anyway; do not list it among candidates")
+        self._stages_consistent()
         # What a backend can measure (metrics, replay modes) is its own preflight's business
         # (collectors/base.py), checked before anything is queued.
         return self
+
+    def _stages_consistent(self) -> None:
+        """`stages` and `budget_s` fit the rest of the request (backend fit: stages.py)."""
+        if self.budget_s is not None and self.stages is None:
+            raise ValueError(
+                "budget_s applies to staged evaluation only; set stages (e.g. "
+                "{'screen': 'cupti', 'top_k': 3}), or drop budget_s and use time_limit_s"
+            )
+        if self.stages is not None and self.stages.top_k >= len(self.candidates):
+            raise ValueError(
+                f"stages.top_k={self.stages.top_k} keeps every one of the "
+                f"{len(self.candidates)} candidate(s), so the screen would only add time; "
+                f"set stages.top_k below {len(self.candidates)}, or drop stages"
+            )
 
     @property
     def annotations(self) -> list[str]:

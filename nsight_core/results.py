@@ -16,6 +16,10 @@ from nsight_core.errors import ErrorClass as ErrorClassT
 
 TrustLevel = Literal["ok", "noisy", "suspicious", "failed"]
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+StageName = Literal["screen", "profile"]
+"""The stages of a staged request (docs/stages.md): 'screen' checks and times every candidate
+with a fast timer, 'profile' measures the reference and the best few under ncu."""
+StageStatus = Literal["pending", "running", "done", "cut", "skipped", "failed", "cancelled"]
 EvidenceKind = Literal["external", "in_process"]
 """Where a number comes from: a profiler outside the candidate's process (ncu), or a timer
 inside it (events, cupti), which the candidate could in principle tamper with."""
@@ -108,6 +112,11 @@ class Row(_Model):
         None, description="NVML index of the GPU the job ran on (its host's numbering)."
     )
     GPUUUID: str | None = Field(None, description="UUID of the GPU the job ran on.")
+    Stage: StageName | None = Field(
+        None,
+        description="With `stages`: the stage that produced this ('screen' or 'profile'); "
+        "null in a single-stage job.",
+    )
 
 
 class Comparison(_Model):
@@ -129,6 +138,11 @@ class Comparison(_Model):
     )
     NumPairs: int = Field(description="Runs where both candidate and reference are valid.")
     Reasons: list[str] = Field(default_factory=list)
+    Stage: StageName | None = Field(
+        None,
+        description="With `stages`: the stage that produced this ('screen' or 'profile'); "
+        "null in a single-stage job.",
+    )
 
 
 class Correctness(_Model):
@@ -146,6 +160,11 @@ class Correctness(_Model):
     Reasons: list[str] = Field(default_factory=list)
     ErrorClass: ErrorClassT | None = None
     Error: str | None = None
+    Stage: StageName | None = Field(
+        None,
+        description="With `stages`: the stage that produced this ('screen' or 'profile'); "
+        "null in a single-stage job.",
+    )
 
 
 class Failure(_Model):
@@ -161,6 +180,11 @@ class Failure(_Model):
     Traceback: str = ""
     File: str | None = None
     Line: int | None = None
+    Stage: StageName | None = Field(
+        None,
+        description="With `stages`: the stage that produced this ('screen' or 'profile'); "
+        "null in a single-stage job.",
+    )
 
 
 class Provenance(_Model):
@@ -192,6 +216,49 @@ class Provenance(_Model):
     notes: list[str] = Field(default_factory=list, description="Remarks on how the job ran.")
 
 
+class ScreenRank(_Model):
+    """One candidate's place after the screen stage, and why it was kept or not."""
+
+    Annotation: str
+    Rank: int | None = Field(
+        description="1 = fastest; null when the candidate could not be ranked (see Why)."
+    )
+    Speedup: float | None = Field(
+        description="Geometric mean over configs of the screen's Speedup against the reference "
+        "(reference time / candidate time); null when not ranked."
+    )
+    Suspicious: bool = Field(
+        False, description="A screen row was suspicious: ranked after every clean candidate."
+    )
+    Kept: bool = Field(description="Went on to the profile stage.")
+    Why: str = Field(description="Why it was kept or left out.")
+
+
+class StageReport(_Model):
+    """One stage of a staged request: what it ran on, how it ended, and why."""
+
+    Stage: StageName
+    Backend: str = Field(description="The backend this stage ran (or would have run) under.")
+    Status: StageStatus = Field(
+        description="pending | running | done | cut (stopped when budget_s was spent; rows so "
+        "far kept) | skipped (never started; Reason says why) | failed | cancelled."
+    )
+    Annotations: list[str] = Field(
+        default_factory=list, description="What it measures: the reference first, then candidates."
+    )
+    TimeLimitS: float | None = Field(
+        None, description="The time limit it ran under: time_limit_s or what was left of budget_s."
+    )
+    WallSeconds: float | None = Field(None, description="How long it ran.")
+    EtaS: float | None = Field(
+        None, description="While it runs: estimated seconds left (docs/stages.md says how)."
+    )
+    Reason: str | None = Field(None, description="Why it was skipped, cut, failed or changed.")
+    Ranking: list[ScreenRank] = Field(
+        default_factory=list, description="Screen stage: every candidate's rank and fate."
+    )
+
+
 class ProfileResult(_Model):
     """Everything a profile job produced."""
 
@@ -212,6 +279,11 @@ class ProfileResult(_Model):
     diagnoses: list[Diagnosis] = Field(
         default_factory=list,
         description="With diagnose: per (annotation, config), what bounds it and the headroom.",
+    )
+    stages: list[StageReport] = Field(
+        default_factory=list,
+        description="With `stages`: each stage (screen, profile), its status and why; empty "
+        "in a single-stage job.",
     )
 
 

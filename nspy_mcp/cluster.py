@@ -6,7 +6,7 @@ Contract:
   asks for one `GPU` resource (``resources={"GPU": 1}``), so a worker runs one job per GPU
   it offers. Dask, not this server, decides where and when a job starts.
 - On the worker, `run_on_worker` runs the same pipeline as the local queue
-  (`nsight_core.pipeline.run_profile_job`: sandbox, judge, contestant) in a job directory of
+  (`nsight_core.stages.run_job`: sandbox, judge, contestant) in a job directory of
   its own, pinned to the worker's first GPU (its CUDA_VISIBLE_DEVICES), and answers the
   result plus the job directory's files (capped, `MAX_FILE_BYTES` / `MAX_RETURN_BYTES`);
   the server writes them into its store, so the result reads as a local one.
@@ -42,10 +42,10 @@ import anyio
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.pipeline import run_profile_job
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
+from nsight_core.stages import run_job
 from nsight_core.store import LOCK_FILE, MANIFEST_FILE, RESULT_FILE
 from nspy_mcp.jobs import CANCEL_GRACE_S, GpuSlot, Job, JobQueue, discover_slots, with_gpu
 
@@ -172,7 +172,7 @@ def run_on_worker(payload: dict[str, Any]) -> dict[str, Any]:
             worker.log_event(topic, {"kind": "progress", "event": ev.model_dump(mode="json")})
 
         job_dir = root / "job"
-        result = run_profile_job(
+        result = run_job(
             request,
             job_dir,
             result_id=result_id,

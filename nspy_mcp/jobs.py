@@ -13,13 +13,16 @@ Contract:
   preferred to one that other processes use, a named `device` honoured. The job's processes
   see only its GPU (CUDA_VISIBLE_DEVICES), and its rows record the GPU's index, UUID and
   name. `nspy_mcp.cluster.DaskExecutor` sends jobs to a Dask cluster instead.
-- The engine (`nsight_core.pipeline.run_profile_job`) is synchronous; it runs in a worker
+- The engine (`nsight_core.stages.run_job`: `pipeline.run_profile_job`, or the stages of a
+  request with `stages`) is synchronous; it runs in a worker
   thread and is stopped only through its ``cancel`` event, on which it kills the job's
   process group. A job's store record ends as done, failed or cancelled in every case,
   including cancellation of the task itself.
 - `JobQueue.wait` waits up to ``wait_s`` while relaying progress; if the waiting call is
   cancelled (client cancel or client timeout) and it owns the job, the job is cancelled and
   the call waits, shielded and bounded, until the process group is gone.
+- While a staged job runs, `JobQueue.snapshot` shows the finished stages' rows, every
+  stage's state and the running stage's ETA (`JobQueue.stage` takes them from the engine).
 - `JobQueue.cancel_and_wait` (read_results with cancel=true) cancels a job on request and
   waits, bounded, until its store record is final.
 - A finished job none of whose candidates passed (import or check failed for all of them)
@@ -34,6 +37,7 @@ discipline; the Dask executor lives apart in cluster.py.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -51,11 +55,11 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.pipeline import preflight, run_profile_job
 from nsight_core.probe import gpu_process_counts, list_gpus
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
+from nsight_core.stages import StageUpdate, preflight_request, run_job
 from nsight_core.store import TERMINAL, ResultStore
 from nspy_mcp.progress import ProgressTracker, ProgressUpdate
 
@@ -385,6 +389,8 @@ class Job:
     where: str = ""
     """Where it runs once started: a GPU of this host, or a cluster worker."""
     result: ProfileResult | None = None
+    partial: ProfileResult | None = None
+    """A staged job's finished stages while later ones run (nsight_core/stages.py)."""
     cancel_reason: str | None = None
     version: int = 0
     _changed: anyio.Event = field(default_factory=anyio.Event)
@@ -419,11 +425,16 @@ class Executor(Protocol):
 class LocalExecutor:
     """Jobs on this host: one per GPU (one at a time on a host without a GPU)."""
 
-    def __init__(self, locks: DeviceLocks) -> None:
+    def __init__(self, locks: DeviceLocks, *, final_backend: str | None = None) -> None:
         self.locks = locks
+        self.final_backend = final_backend
+        """Backend of a staged request's profile stage instead of the request's (ncu): for
+        tests on hosts without ncu."""
 
     async def check(self, request: ProfileRequest) -> GpuSlot | None:
-        await anyio.to_thread.run_sync(preflight, request)
+        await anyio.to_thread.run_sync(
+            functools.partial(preflight_request, request, final_backend=self.final_backend)
+        )
         return resolve_device(request.device, await self.locks.slots())
 
     async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
@@ -444,13 +455,15 @@ class LocalExecutor:
     async def _call_engine(self, job: Job, queue: JobQueue, slot: GpuSlot) -> ProfileResult:
         def engine() -> ProfileResult:
             try:
-                return run_profile_job(
+                return run_job(
                     job.request,
                     job.job_dir,
                     result_id=job.result_id,
                     on_progress=lambda ev: queue.progress(job, ev),
+                    on_stage=lambda update: queue.stage(job, update),
                     cancel=job.cancel,
                     gpu=slot.visible,
+                    final_backend=self.final_backend,
                 )
             finally:
                 job.thread_exited.set()
@@ -540,6 +553,8 @@ class JobQueue:
         if job.result is not None:
             return job.result
         latest = job.tracker.latest
+        if job.started and job.partial is not None:
+            return self._staged_snapshot(job, job.partial)
         if job.started:
             status = "running"
             state = f"running on {job.where}: {latest.progress:.0f} %, {latest.message}"
@@ -562,6 +577,31 @@ class JobQueue:
         created = self._store.summary(job.result_id).created_at
         return ProfileResult(
             result_id=job.result_id, status=status, message=message, created_at=created
+        )
+
+    def _staged_snapshot(self, job: Job, partial: ProfileResult) -> ProfileResult:
+        """A staged job as it stands: finished stages' rows, the running stage and its ETA."""
+        latest = job.tracker.latest
+        stages = [
+            s.model_copy(update={"EtaS": round(latest.eta_s, 1)})
+            if s.Status == "running" and latest.eta_s is not None
+            else s
+            for s in partial.stages
+        ]
+        done = [s.Stage for s in stages if s.Status not in ("running", "pending")]
+        shown = (
+            f"rows of the finished stage(s) {done} are below (the screen's numbers rank "
+            "candidates; report the profile stage's); "
+            if done
+            else ""
+        )
+        message = (
+            f"running on {job.where}: {latest.progress:.0f} %, {latest.message}; {shown}"
+            f"call read_results with result_id={job.result_id} ({latest.eta_text()}); pass "
+            "wait_s to wait for it there"
+        )
+        return partial.model_copy(
+            update={"result_id": job.result_id, "message": message, "stages": stages}
         )
 
     def cancel(self, job: Job, reason: str) -> None:
@@ -600,6 +640,13 @@ class JobQueue:
         """A state change for waiters (call on the event loop)."""
         job.tracker.note(message)
         job.notify()
+
+    def stage(self, job: Job, update: StageUpdate) -> None:
+        """A stage of a staged job starts (from the engine's thread)."""
+        job.partial = update.partial
+        job.tracker.stage(update)
+        with contextlib.suppress(Exception):  # the loop may be gone at shutdown
+            anyio.from_thread.run_sync(job.notify, token=self._token)
 
     def progress(self, job: Job, ev: ProgressEvent) -> None:
         """An engine progress event (from the engine's thread)."""

@@ -3,7 +3,9 @@
 The worker reports `ProgressEvent`s per phase (check: seeds done per config; profile: calls
 done of all calls). `ProgressTracker` folds them into one monotone percentage over the whole
 job (MCP requires progress to increase), a message naming the phase, candidate, config and
-run, and an estimate of the time left once profiling has started. The tracker is fed from
+run, and an estimate of the time left once profiling has started. A staged request
+(nsight_core/stages.py) also reports each stage's start: the stage gets its share of the bar,
+the line names it, and its ETA comes from the screen's measured pace (`StageEta`). The tracker is fed from
 the engine's thread and read from the event loop, so it guards its state with a lock.
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
+from nsight_core.stages import StageUpdate
 
 PROGRESS_TOTAL = 100.0
 
@@ -25,6 +28,13 @@ _PHASE_SPAN: dict[str, tuple[float, float]] = {
     "import": (0.0, 5.0),
     "check": (5.0, 25.0),
     "warmup": (25.0, 30.0),
+    "profile": (30.0, 100.0),
+}
+
+# Share of the bar per stage of a staged request; each stage's phases fill its share. The
+# profile stage (ncu, several replay passes per kernel) dominates a staged job's time.
+_STAGE_SPAN: dict[str, tuple[float, float]] = {
+    "screen": (0.0, 30.0),
     "profile": (30.0, 100.0),
 }
 
@@ -57,6 +67,8 @@ class ProgressTracker:
         self._profile_t0: float | None = None
         self._last_non_profile = self._started
         self._latest = ProgressUpdate(0.0, PROGRESS_TOTAL, "queued")
+        self._stage: StageUpdate | None = None
+        self._stage_t0 = self._started
 
     @property
     def latest(self) -> ProgressUpdate:
@@ -73,23 +85,55 @@ class ProgressTracker:
             )
             return self._latest
 
+    def stage(self, update: StageUpdate) -> ProgressUpdate:
+        """A stage of a staged request starts: later events fill its share of the bar.
+
+        Its ETA comes from the screen's measurements (`StageEta`) when it has them.
+        """
+        with self._lock:
+            self._stage = update
+            self._stage_t0 = self._last_non_profile = self._clock()
+            self._profile_t0 = None
+            lo, _ = _STAGE_SPAN.get(update.stage, (0.0, 100.0))
+            eta = update.eta.eta_s(0.0, update.calls) if update.eta is not None else None
+            self._latest = ProgressUpdate(
+                max(self._latest.progress, lo), PROGRESS_TOTAL, self._stage_text("started"), eta
+            )
+            return self._latest
+
+    def _stage_text(self, what: str) -> str:
+        s = self._stage
+        if s is None:
+            return what
+        return f"stage {s.index + 1}/{s.count} {s.stage} ({s.backend}): {what}"
+
     def update(self, ev: ProgressEvent) -> ProgressUpdate:
         now = self._clock()
         with self._lock:
             lo, hi = _PHASE_SPAN.get(ev.phase, (0.0, 100.0))
+            if self._stage is not None:
+                s_lo, s_hi = _STAGE_SPAN.get(self._stage.stage, (0.0, 100.0))
+                scale = (s_hi - s_lo) / PROGRESS_TOTAL
+                lo, hi = s_lo + lo * scale, s_lo + hi * scale
             fraction = _fraction(ev, self._configs)
             eta: float | None = None
-            if ev.phase == "profile":
+            stage_eta = self._stage.eta if self._stage is not None else None
+            if stage_eta is not None:
+                assert self._stage is not None
+                left = ev.total - ev.done if ev.phase == "profile" else self._stage.calls
+                eta = stage_eta.eta_s(now - self._stage_t0, left)
+            elif ev.phase == "profile":
                 if self._profile_t0 is None:
                     # Profiling starts after the last check/warm-up event: time from there.
                     self._profile_t0 = self._last_non_profile
                 elapsed = now - self._profile_t0
                 if ev.done > 0 and ev.total >= ev.done:
                     eta = elapsed / ev.done * (ev.total - ev.done)
-            else:
+            if ev.phase != "profile":
                 self._last_non_profile = now
             progress = max(self._latest.progress, lo + (hi - lo) * fraction)
-            self._latest = ProgressUpdate(round(progress, 2), PROGRESS_TOTAL, _describe(ev), eta)
+            message = self._stage_text(_describe(ev))
+            self._latest = ProgressUpdate(round(progress, 2), PROGRESS_TOTAL, message, eta)
             return self._latest
 
 

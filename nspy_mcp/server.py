@@ -403,17 +403,19 @@ def build_server(
     retention: Retention | None = None,
     executor: str | None = None,
     locks: DeviceLocks | None = None,
+    final_stage_backend: str | None = None,
 ) -> MCPServer[AppState]:
     """The nspy-mcp server on the result store at `store` (default: see docs/results.md).
 
     `executor`: 'local' (this host's GPUs, `locks`) or 'dask://HOST:PORT' (docs/cluster.md);
-    default $NSPY_MCP_EXECUTOR, else local.
+    default $NSPY_MCP_EXECUTOR, else local. `final_stage_backend` replaces a staged
+    request's profile-stage backend (ncu) on the local executor: for tests without ncu.
     """
     result_store = (
         store if isinstance(store, ResultStore) else ResultStore(store, retention=retention)
     )
     scheduler = parse_executor(executor)
-    local = LocalExecutor(locks or DeviceLocks())
+    local = LocalExecutor(locks or DeviceLocks(), final_backend=final_stage_backend)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:

@@ -1,0 +1,141 @@
+"""Staged evaluation through the real MCP client (in memory), with real worker processes.
+
+The server's profile stage runs under events here (`final_stage_backend`), since this host
+has no ncu; everything else (queue, snapshot, store) is the real path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult
+
+from nspy_mcp.server import build_server
+
+pytestmark = pytest.mark.anyio
+
+SOURCE = """
+import time
+
+def make(n):
+    return (n,)
+
+def ref(n):
+    time.sleep(0.010)
+    return n * 2
+
+def fast(n):
+    time.sleep(0.001)
+    return n * 2
+
+def slow(n):
+    time.sleep(0.020)
+    return n * 2
+
+def wrong(n):
+    return n + 1
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def private_device_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NSPY_MCP_LOCK_DIR", str(tmp_path / "device-locks"))
+
+
+def staged(**overrides: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "reference": "ref",
+        "candidates": ["slow", "wrong", "fast"],
+        "inputs": "make",
+        "source": SOURCE,
+        "configs": [{"n": 3}],
+        "runs": 3,
+        "check": {"seeds": 1, "check_determinism": False},
+        "stages": {"screen": "events", "top_k": 1},
+    }
+    request.update(overrides)
+    return request
+
+
+def structured(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return dict(result.structured_content)
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error
+    first = result.content[0]
+    assert first.type == "text"
+    return first.text
+
+
+async def test_read_results_shows_the_screen_rows_and_an_eta_while_the_profile_stage_runs(
+    tmp_path: Path,
+) -> None:
+    server = build_server(tmp_path / "store", final_stage_backend="events")
+    async with Client(server) as client:
+        first = structured(
+            await client.call_tool("profile_candidates", {"request": staged(wait_s=0)})
+        )
+        result_id = first["result_id"]
+        assert first["status"] in {"queued", "running"}
+        seen: dict[str, Any] | None = None
+        with anyio.fail_after(120):
+            while seen is None:
+                answer = structured(
+                    await client.call_tool("read_results", {"result_id": result_id})
+                )
+                result = answer["result"]
+                assert result["status"] != "done", "the profile stage was never seen running"
+                stages = result["stages"]
+                if stages and stages[1]["Status"] == "running":
+                    seen = answer
+                await anyio.sleep(0.05)
+        final = structured(
+            await client.call_tool("read_results", {"result_id": result_id, "wait_s": 120})
+        )["result"]
+
+    partial = seen["result"]
+    screen, profile = partial["stages"]
+    assert screen["Status"] == "done"
+    assert [r["Annotation"] for r in screen["Ranking"] if r["Kept"]] == ["fast"]
+    assert profile["Annotations"] == ["ref", "fast"]
+    assert profile["EtaS"] is not None and profile["EtaS"] >= 0
+    assert {r["Stage"] for r in partial["rows"]} == {"screen"}
+    assert {r["Annotation"] for r in partial["rows"]} == {"ref", "slow", "fast"}
+    assert "stage 2/2 profile (events)" in partial["message"]
+    assert "rows of the finished stage(s) ['screen'] are below" in partial["message"]
+    assert "s left" in partial["message"]
+
+    assert final["status"] == "done", final["message"]
+    assert [s["Status"] for s in final["stages"]] == ["done", "done"]
+    assert {r["Annotation"] for r in final["rows"] if r["Stage"] == "profile"} == {"ref", "fast"}
+    assert "kept the top 1 ['fast']" in final["message"]
+
+
+async def test_staged_requests_that_cannot_work_are_refused_before_anything_is_queued(
+    tmp_path: Path,
+) -> None:
+    async with Client(build_server(tmp_path / "store")) as client:
+        events_only = error_text(
+            await client.call_tool("profile_candidates", {"request": staged(backend="events")})
+        )
+        budget_alone = error_text(
+            await client.call_tool(
+                "profile_candidates", {"request": staged(stages=None, budget_s=10.0)}
+            )
+        )
+        listing = structured(await client.call_tool("read_results", {}))
+    assert "invalid_request" in events_only and "set backend to 'ncu'" in events_only
+    assert "budget_s applies to staged evaluation only" in budget_alone
+    assert listing["total"] == 0
