@@ -72,8 +72,13 @@ from nsight_core.sandbox import (
     restrict_this_process,
 )
 
-FRAMEWORKS = ("numpy", "torch", "cupy")
-"""Imported (when installed) before any candidate, so candidates cannot shadow them."""
+FRAMEWORKS = ("numpy", "torch")
+"""Imported (when installed) before any code of the job, so candidates cannot shadow them.
+
+cupy is not among them: importing it costs about 1 s under ncu on the H200 (its CUDA
+libraries slow ncu's context creation), and a job that uses it imports it anyway while the
+reference runs (its inputs are rebuilt as cupy arrays), before any candidate exists; the
+watch takes it in then (`Watch.snapshot` before the candidates are imported)."""
 
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
 
@@ -240,6 +245,7 @@ class Contestant:
             if isinstance(msg, ExitMsg):
                 return int(WorkerExit.OK)
             if isinstance(msg, LoadMsg):
+                self.watch.snapshot()  # what the reference's calls imported (cupy, triton)
                 self._send(self.load(self.job.annotations[1:]))
                 continue
             self._send(self.call(msg))

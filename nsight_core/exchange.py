@@ -301,9 +301,13 @@ def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
     if node.stride is not None:
         out = torch.empty_strided(node.shape, node.stride, dtype=dtype, device=target)
         out.copy_(dense)
-    elif dense.device != target:
+    elif dense.device.type != target.type:
         out = dense.to(target)
     else:
+        # Compare device *types*: "cuda" != "cuda:0" as devices, and `.to("cuda")` of a
+        # tensor on cuda:0 returns the tensor itself, a view of the slot. A judge holding
+        # views of a reused output slot saw a second call's output as the first's (the
+        # determinism check passed whatever the candidate did, on the H200).
         out = dense.clone() if fresh else dense
     if node.framework == "cupy":
         import cupy
