@@ -310,8 +310,9 @@ class Contestant:
             reasons += [f"output aliases {name}" for name in aliased(out, (args, kwargs))]
         node = self.slots.write_output(out, msg.out_slots) if msg.want_output else None
         sync_all()
-        changes = self._new_changes()
         t3 = time.monotonic()
+        changes = self._new_changes()
+        t4 = time.monotonic()
         return ReplyMsg(
             nonce=msg.nonce,
             ok=True,
@@ -321,7 +322,7 @@ class Contestant:
             reasons=reasons,
             integrity=changes,
             device=self.device.name if self.device else None,
-            host_s={"inputs": t1 - t0, "call": t2 - t1, "output": t3 - t2},
+            host_s={"inputs": t1 - t0, "call": t2 - t1, "output": t3 - t2, "watch": t4 - t3},
         )
 
 
