@@ -308,6 +308,7 @@ class Contestant:
             reasons += [f"mutated input {name}" for name in mutated(snap, (args, kwargs))]
         if self.job.check_aliasing:
             reasons += [f"output aliases {name}" for name in aliased(out, (args, kwargs))]
+        t2b = time.monotonic()
         node = self.slots.write_output(out, msg.out_slots) if msg.want_output else None
         sync_all()
         t3 = time.monotonic()
@@ -322,7 +323,13 @@ class Contestant:
             reasons=reasons,
             integrity=changes,
             device=self.device.name if self.device else None,
-            host_s={"inputs": t1 - t0, "call": t2 - t1, "output": t3 - t2, "watch": t4 - t3},
+            host_s={
+                "inputs": t1 - t0,
+                "call": t2 - t1,
+                "structure": t2b - t2,
+                "output": t3 - t2b,
+                "watch": t4 - t3,
+            },
         )
 
 
