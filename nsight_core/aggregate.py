@@ -22,9 +22,10 @@ bookkeeping (`_failure_summary`, `_no_baseline_reason`); the arithmetic is in `s
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,14 +196,16 @@ def _group_failure(annotation: str, config_id: int, runs: list[_Run]) -> Failure
     return None
 
 
-def _run_value(run: _Run, metric: str, reducer: Reducer) -> RunValue:
+def _run_value(
+    run: _Run, metric: str, reducer: Reducer | Callable[[float, float], float]
+) -> RunValue:
     base = RunValue(run.key, metric, None, "", run.kernels, run.ignored)
     if run.failure is not None:
         return _with_error(base, run.failure.ErrorClass, run.failure.Error)
     recs = [r for r in run.kept if r.metric == metric]
     unit = next((r.unit for r in recs if r.unit), "")
     base = RunValue(run.key, metric, None, unit, run.kernels, run.ignored)
-    if reducer == "none" and len(recs) > 1:
+    if not callable(reducer) and reducer == "none" and len(recs) > 1:
         return _with_error(
             base,
             ErrorClass.KERNEL_COUNT_MISMATCH,
@@ -220,6 +223,17 @@ def _run_value(run: _Run, metric: str, reducer: Reducer) -> RunValue:
             f"of {run.key.range_name()}",
         )
     values = [r.value for r in recs if r.value is not None]
+    if callable(reducer):
+        try:
+            folded = float(functools.reduce(reducer, values))
+        except Exception as exc:
+            return _with_error(
+                base,
+                ErrorClass.RUNTIME_ERROR,
+                f"combine_kernel_metrics raised on {metric} of {run.key.range_name()}: "
+                f"{type(exc).__name__}: {exc}",
+            )
+        return RunValue(run.key, metric, folded, unit, run.kernels, run.ignored)
     return RunValue(run.key, metric, _reduce(reducer, values), unit, run.kernels, run.ignored)
 
 
@@ -234,6 +248,7 @@ def reduce_runs(
     kernels: KernelsSpec,
     *,
     failures: Sequence[Failure] = (),
+    combine_fn: Callable[[float, float], float] | None = None,
 ) -> RunValues:
     """One value per expected run and metric.
 
@@ -262,7 +277,9 @@ def reduce_runs(
             run.failure = run.failure or failure
 
     values = {
-        (k, m): _run_value(runs[k], m, kernels.reducer_for(m)) for k in expected for m in metrics
+        (k, m): _run_value(runs[k], m, combine_fn or kernels.reducer_for(m))
+        for k in expected
+        for m in metrics
     }
     for v in values.values():
         if v.error_class is not None and not any(f.Error == v.error for f in (*failures, *found)):

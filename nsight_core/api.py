@@ -157,15 +157,14 @@ def _check_choice(name: str, value: str) -> str:
     return value
 
 
-def _reducers(combine: str | Mapping[str, str] | None) -> Reducer | dict[str, Reducer]:
-    if combine is None:
-        return "none"
-    if callable(combine):
-        raise ValueError(
-            "combine_kernel_metrics takes a reducer name ('sum', 'max', 'min', 'mean', 'first', "
-            "'last') or a dict metric -> name, not a function: one operation for every metric "
-            "mixes units (see docs/compat.md)"
-        )
+Combine = str | Mapping[str, str] | Callable[[float, float], float] | None
+"""`combine_kernel_metrics`: a reducer name, a dict metric -> name, or (Nsight Python's
+form) a binary callable folded over the kernels of a call for every metric."""
+
+
+def _reducers(combine: Combine) -> Reducer | dict[str, Reducer]:
+    if combine is None or callable(combine):
+        return "none"  # a callable travels apart, in JobSettings.combine_fn
     names = [combine] if isinstance(combine, str) else list(combine.values())
     for n in names:
         if n not in REDUCERS:
@@ -418,7 +417,7 @@ def kernel(
     derive_metric: Callable[..., Any] | None = None,
     normalize_against: str | None = None,
     ignore_kernel_list: Sequence[str] | None = None,
-    combine_kernel_metrics: str | Mapping[str, str] | None = None,
+    combine_kernel_metrics: Combine = None,
     replay_mode: str = "kernel",
     cache_control: str = "all",
     clock_control: str = "none",
@@ -445,7 +444,7 @@ def kernel(
     derive_metric: Callable[..., Any] | None = None,
     normalize_against: str | None = None,
     ignore_kernel_list: Sequence[str] | None = None,
-    combine_kernel_metrics: str | Mapping[str, str] | None = None,
+    combine_kernel_metrics: Combine = None,
     replay_mode: str = "kernel",
     cache_control: str = "all",
     clock_control: str = "none",
@@ -545,6 +544,9 @@ def kernel(
                         warmup=warmup,
                         time_limit_s=time_limit_s,
                         diagnose=diagnose,
+                        combine_fn=(
+                            combine_kernel_metrics if callable(combine_kernel_metrics) else None
+                        ),
                     ),
                     job_dir=job_dir,
                     derive_metric=derive_metric,

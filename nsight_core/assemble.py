@@ -143,7 +143,12 @@ def collect_values(run: WorkerRun, settings: JobSettings) -> Collected:
     failures += got.failures
     run_failures = [f for f in failures if f.Run is not None or f.Phase == "profile"]
     values = reduce_runs(
-        got.records, expected, got.metrics, settings.kernels, failures=run_failures
+        got.records,
+        expected,
+        got.metrics,
+        settings.kernels,
+        failures=run_failures,
+        combine_fn=settings.combine_fn,
     )
     failures += [f for f in values.failures if f not in failures]
     # Timed runs of a candidate that later failed its check are withheld by the judge;

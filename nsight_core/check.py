@@ -15,6 +15,7 @@ for positional and the keyword's name for keyword arguments.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -107,10 +108,24 @@ def mutated(snapshot: Snapshot, args: Any) -> list[str]:
         if name not in now:
             changed.append(name)
             continue
+        if _bitwise_same(before, now[name]):
+            continue
         diff = same_result(before, now[name], path=name)
         if not diff.passed:
             changed.append(diff.path or name)
     return changed
+
+
+def _bitwise_same(before: Any, after: Any) -> bool:
+    """One kernel and one sync for the common case, an unchanged plain tensor (the full
+    comparison launches several per input and syncs after each, about 25 ms per call under
+    ncu on the H200). False means only "not proven equal": the caller then compares fully."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(before) is not torch.Tensor or type(after) is not torch.Tensor:
+        return False
+    if (before.shape, before.dtype, before.device) != (after.shape, after.dtype, after.device):
+        return False
+    return bool(torch.equal(before, after))
 
 
 def _array_leaves(x: Any, path: str) -> Iterator[tuple[str, Any, str]]:

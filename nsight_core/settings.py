@@ -6,6 +6,7 @@ backends and row building take it instead of repeating eight keyword arguments e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nsight_core.request import KernelsSpec, ProfileRequest
@@ -26,6 +27,9 @@ class JobSettings:
     check_enabled: bool = True
     diagnose: bool = False
     """Collect ncu's speed-of-light metrics and rules and attach a Diagnosis (diagnose.py)."""
+    combine_fn: Callable[[float, float], float] | None = None
+    """The `@kernel` API's binary `combine_kernel_metrics` callable (Nsight Python's form):
+    folds the kernels of a call for every metric; None uses `kernels.combine`."""
     gpu: str | None = None
     """CUDA_VISIBLE_DEVICES for the job's processes (an index or a UUID): the one GPU the
     scheduler gave it; None leaves the server's own setting."""

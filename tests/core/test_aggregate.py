@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -72,9 +72,15 @@ class Recs:
         metrics: Sequence[str] = (T,),
         kernels: KernelsSpec | None = None,
         failures: Sequence[Failure] = (),
+        combine_fn: Callable[[float, float], float] | None = None,
     ) -> RunValues:
         return reduce_runs(
-            self.records, self.keys, metrics, kernels or KernelsSpec(), failures=failures
+            self.records,
+            self.keys,
+            metrics,
+            kernels or KernelsSpec(),
+            failures=failures,
+            combine_fn=combine_fn,
         )
 
 
@@ -258,6 +264,30 @@ def test_reducers_fold_kernels_of_one_run_in_launch_order(reducer: str, expected
     row = only_row(aggregate_rows(recs.reduce(kernels=KernelsSpec(combine=reducer))))
     assert row.RawValues == [expected] * 3
     assert row.Kernel == "k1|k2|k3"
+
+
+def test_a_binary_callable_folds_every_metric_like_nsight_python() -> None:
+    """`combine_kernel_metrics=lambda x, y: x + y` (Nsight Python's form) in the @kernel API."""
+    recs = Recs()
+    for run in range(3):
+        recs.run("a", 0, run, [("k1", {T: 1.0, PCT: 50.0}), ("k2", {T: 2.0, PCT: 70.0})])
+    rows = aggregate_rows(recs.reduce(metrics=[T, PCT], combine_fn=lambda x, y: x + y))
+    assert next(r for r in rows if r.Metric == T).RawValues == [3.0] * 3
+    assert next(r for r in rows if r.Metric == PCT).RawValues == [120.0] * 3
+
+
+def test_a_callable_that_raises_fails_its_runs_with_the_reason() -> None:
+    recs = Recs()
+    for run in range(3):
+        recs.run("a", 0, run, [("k1", {T: 1.0}), ("k2", {T: 2.0})])
+
+    def bad(x: float, y: float) -> float:
+        raise ZeroDivisionError("nope")
+
+    rv = recs.reduce(combine_fn=bad)
+    row = only_row(aggregate_rows(rv))
+    assert row.Trust == "failed" and row.ErrorClass is ErrorClass.RUNTIME_ERROR
+    assert any("combine_kernel_metrics raised" in f.Error for f in rv.failures)
 
 
 def test_reducer_none_with_two_kernels_fails_only_that_metric() -> None:
