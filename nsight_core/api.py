@@ -489,7 +489,7 @@ def kernel(
         ignore=list(ignore_kernel_list or []),
         replay_mode=replay_mode,
     )
-    decorated_configs = None if configs is None else list(configs)
+    decorated_configs = _FirstCallConfigs(configs)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., ProfileResults]:
         calls = 0  # Nsight Python's run id: counts successful calls of this function
@@ -499,7 +499,7 @@ def kernel(
             *args: Any, configs: Iterable[Any] | None = None, **kwargs: Any
         ) -> ProfileResults:
             nonlocal calls
-            call_configs = _call_configs(args, kwargs, configs, decorated_configs)
+            call_configs = _call_configs(args, kwargs, configs, decorated_configs.read())
             bound = sanitize_configs(func, call_configs)
             arguments = [_arguments_of(func, a, k) for a, k in bound]
             if derive_metric is not None:
@@ -562,6 +562,21 @@ def kernel(
         return wrapped
 
     return decorate(_func) if _func is not None else decorate
+
+
+class _FirstCallConfigs:
+    """Decoration-time configs, read at the first call and kept: Nsight Python leaves a
+    generator unconsumed until the function runs (a program may hand one generator to two
+    decorators and call only one of them)."""
+
+    def __init__(self, configs: Iterable[Any] | None) -> None:
+        self._given = configs
+        self._read: list[Any] | None = None
+
+    def read(self) -> list[Any] | None:
+        if self._given is not None:
+            self._read, self._given = list(self._given), None
+        return self._read
 
 
 def _call_configs(

@@ -130,6 +130,7 @@ def run_function(
     got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
     expected = values.expected_keys
+    measured = set(values.metrics)  # the backend's own metric names (events__..., cupti__...)
     if derive_metric is not None:
         values = _derive(values, derive_metric, bound)
     ctx = row_context(settings, list(params), gpu)
@@ -143,6 +144,9 @@ def run_function(
         rows = normalize_rows(values, normalize_against, ctx)
     else:
         rows = aggregate_rows(values, ctx)
+    if derive_metric is not None:
+        # Nsight Python's order: every measured row first, then the derived ones (stable).
+        rows = sorted(rows, key=lambda r: r.Metric not in measured)
     if run.error is not None and not rows:
         detail = next((f for f in failures if f.ErrorClass == run.error.error_class), None)
         raise NsightCoreError(

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -69,22 +70,20 @@ def _write_shim(where: Path) -> Path:
     return where
 
 
-def _outcomes(junit: Path) -> list[tuple[str, str, str, str]]:
-    """(file, test, outcome, first line of the message) for every test case."""
+def _outcomes(junit: Path, file: str) -> list[tuple[str, str, str, str]]:
+    """(file, test, outcome, first line of the message) for every case of one file's run."""
     out = []
     for case in ET.parse(junit).getroot().iter("testcase"):
-        name = case.get("name") or "?"
-        classname = case.get("classname") or ""
-        # A file that fails to import is one case with no class, named after the module.
-        module = classname or name
-        file = case.get("file") or module.replace(".", "/") + ".py"
         outcome, message = "passed", ""
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
                 message = _first_reason(child.get("message") or "", child.text or "")
                 break
-        out.append((Path(file).name, name if classname else "<import>", outcome, message))
+        # A file that fails to import is one "collection failure" case, named oddly.
+        collection = any(c.get("message") == "collection failure" for c in case)
+        name = "<import>" if collection else case.get("name") or "?"
+        out.append((file, name, outcome, message))
     return out
 
 
@@ -108,31 +107,49 @@ def main(argv: list[str]) -> int:
     if missing:
         sys.stderr.write(f"not found: {', '.join(missing)}\n")
         return 2
+    files = sorted({f for p in paths for f in ([p] if p.is_file() else p.glob("test_*.py"))})
+    rows: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory(prefix="nsight-shim-") as tmp:
         shim = _write_shim(Path(tmp) / "shim")
         scratch = Path(tmp) / "run"
         scratch.mkdir()
-        junit = Path(tmp) / "junit.xml"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(shim), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
-               "--continue-on-collection-errors",
-               f"--junitxml={junit}", "--rootdir", str(scratch), *map(str, paths)]  # fmt: skip
-        if args.expr:
-            cmd += ["-k", args.expr]
-        try:
-            proc = subprocess.run(
-                cmd, cwd=scratch, env=env, timeout=args.timeout_s, capture_output=True, text=True
-            )
-        except subprocess.TimeoutExpired:
-            sys.stderr.write(f"pytest ran past {args.timeout_s:g} s\n")
-            return 2
-        if not junit.exists():
-            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-            return 2
-        rows = _outcomes(junit)
+        # An empty ini of our own: without it pytest finds this repository's pyproject.toml
+        # above the test files, and its `filterwarnings = error` fails Nsight's tests on
+        # warnings that Nsight Python itself emits.
+        ini = Path(tmp) / "pytest.ini"
+        ini.write_text("[pytest]\n")
+        deadline = time.monotonic() + args.timeout_s
+        # One pytest per file: each case's file is then known for sure (junit names a file
+        # that fails to import oddly), and a file that runs past the limit loses only itself.
+        for i, test_file in enumerate(files):
+            junit = Path(tmp) / f"junit{i}.xml"
+            cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
+                   "-c", str(ini), f"--junitxml={junit}", "--rootdir", str(scratch),
+                   str(test_file)]  # fmt: skip
+            if args.expr:
+                cmd += ["-k", args.expr]
+            left = deadline - time.monotonic()
+            try:
+                proc = subprocess.run(
+                    cmd,
+                    cwd=scratch,
+                    env=env,
+                    timeout=max(left, 1.0),
+                    capture_output=True,
+                    text=True,
+                )
+            except subprocess.TimeoutExpired:
+                rows.append((test_file.name, "<time limit>", "error", "ran past --timeout-s"))
+                continue
+            if not junit.exists():
+                tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+                rows.append((test_file.name, "<pytest>", "error", tail[0][:200]))
+                continue
+            rows += _outcomes(junit, test_file.name)
     by_file: dict[str, Counter[str]] = defaultdict(Counter)
     for file, _, outcome, _ in rows:
         by_file[file][outcome] += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,25 @@ def test_an_unknown_metric_name_is_nsights_value_error_before_anything_runs() ->
     assert isinstance(err.value, exceptions.InvalidMetricsError)
 
 
+def test_a_generator_of_configs_is_read_at_the_first_call_only() -> None:
+    def gen() -> Iterator[tuple[int]]:
+        yield from [(8,), (16,)]
+
+    configs = gen()
+
+    @kernel(configs=configs, backend="events", runs=1, verbosity=VerbosityLevel.SILENT)
+    def unused(n: int) -> None: ...
+
+    # Nsight Python's test hands the same generator to a second decorator and calls only that.
+    @kernel(configs=configs, backend="events", runs=1, verbosity=VerbosityLevel.SILENT)
+    def used(n: int) -> None:
+        with annotate("add"):
+            np.ones(n).sum()
+
+    frame = used().to_dataframe()
+    assert list(frame["n"]) == [8, 16]
+
+
 def test_derive_metric_with_the_wrong_arity_is_refused_before_running() -> None:
     @kernel(configs=[(8,)], backend="events", derive_metric=lambda t: t)
     def f(n: int) -> None: ...
@@ -184,14 +204,15 @@ def shaped(shape: tuple[int, int]) -> None:
         a.sum()
 
 
-def test_tuple_arguments_stay_tuples_and_derived_rows_sit_beside_measured_ones(
+def test_tuple_arguments_stay_tuples_and_derived_rows_follow_the_measured_ones(
     tmp_path: Path,
 ) -> None:
     with pytest.warns(UserWarning, match="Derived metric 'scale' does not have a unit"):
         results = shaped()
     frame = results.to_dataframe()
-    assert list(frame["shape"]) == [(16, 16), (16, 16), (32, 32), (32, 32)]
-    assert list(frame["Metric"]) == ["events__time_duration", "scale"] * 2
+    # Nsight Python's order: every measured row first, then the derived rows.
+    assert list(frame["shape"]) == [(16, 16), (32, 32)] * 2
+    assert list(frame["Metric"]) == ["events__time_duration"] * 2 + ["scale"] * 2
     assert (frame["NumRuns"] == 3).all() and (frame["ThermalGuard"] == "off").all()
     assert results.rows[0].Params == {"shape": [16, 16]}  # JSON form for MCP clients
 
