@@ -206,7 +206,18 @@ class Provenance(_Model):
     clock_control: str | None = None
     replay_mode: str | None = None
     command: list[str] = Field(default_factory=list, description="The profiler command line.")
-    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    phase_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description=(
+            "Where the job's wall time went, in seconds: the judge's phases (spawn: its start "
+            "until the contestant is started; import; check; profile; exit: waiting for the "
+            "contestant and its profiler to end; judge: the judge's own work per call; "
+            "roundtrips: waiting on the contestant's replies) and the contestant's own account "
+            "under 'contestant.' keys (process, frameworks, cuda, load, inputs, call, structure, "
+            "output, watch). Contestant keys come from the candidates' process: for benchmarks, "
+            "never for verdicts."
+        ),
+    )
     wall_seconds: float | None = None
     contestant_confined: bool | None = Field(
         None,
