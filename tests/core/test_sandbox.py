@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -150,6 +151,17 @@ def test_ten_megabytes_of_output_are_capped_and_counted_in_bounded_memory(
     saved = out.output_files["stdout"]
     assert saved.stat().st_size < 8192 + 200
     assert saved.read_bytes().startswith(out.stdout.head)
+
+
+def test_supervising_a_quiet_child_without_a_poll_callback_does_not_spin(tmp_path: Path) -> None:
+    """The judge supervises its contestant without a `poll` callback. Its loop once spun on
+    select(0) and /proc scans for the whole job (1.6 s of CPU for a 1 s child on CI), which
+    starved the child it watched; now it wakes once per poll interval."""
+    t0 = time.thread_time()
+    out = run_py("import time; time.sleep(1.5)", tmp_path, SandboxLimits(wall_s=30))
+    used = time.thread_time() - t0
+    assert out.exit_code == 0
+    assert used < 0.5, f"the supervising thread used {used:.2f} s of CPU for a sleeping child"
 
 
 def test_cancel_event_kills_the_group_and_reports_cancelled(tmp_path: Path) -> None:
