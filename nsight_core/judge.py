@@ -454,9 +454,13 @@ class Judge:
 
     @property
     def untimed_calls(self) -> int:
-        """Calls per annotation and config before the timed runs: warm-up and check at once."""
+        """Calls per annotation and config before the timed runs: the warm-up, plus only as
+        many extra checked calls as the timed runs leave short of `check.seeds` (every timed
+        output is checked too). Each untimed call is a round trip that ncu intercepts, and
+        they were a tenth of the softmax bench's wall time."""
         spec = self.req.check
-        return max(self.req.warmup, spec.seeds if spec.enabled else 0, 1)
+        short = spec.seeds - self.req.runs if spec.enabled else 0
+        return max(self.req.warmup, short, 1)
 
     def _expect(self, st: _ConfigState, inputs: Inputs) -> Any:
         """The reference's output on a copy of ``inputs`` (None when checks are off)."""

@@ -114,7 +114,15 @@ class CheckSpec(_Strict):
         description="Check correctness before timing. Turning it off marks every row suspicious.",
     )
     seeds: int = Field(
-        3, ge=1, le=20, strict=True, description="Fresh seeded inputs per config for the check."
+        3,
+        ge=1,
+        le=20,
+        strict=True,
+        description=(
+            "Fresh seeded inputs checked per config, at the least. Every call is checked, the "
+            "timed runs included, so untimed calls beyond the warm-up are made only when "
+            "runs < seeds."
+        ),
     )
     atol: float | None = Field(
         None,
