@@ -39,6 +39,29 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class CrossCheckValue(_Model):
+    """The same candidate and config as measured by another backend of this result.
+
+    Set on the profile stage's time rows and comparisons of a staged request, from the
+    screen (docs/stages.md, "Cross-check"); disagreement beyond the stated bounds is in
+    `Reasons`.
+    """
+
+    Backend: str = Field(description="The other backend: the screen's (cupti or events).")
+    Metric: str = Field(
+        description="Its metric (cupti__time_duration.sum, events__time_duration); on a "
+        "comparison, the metric of the screen's Speedup."
+    )
+    Value: float | None = Field(
+        description="On a row: the other backend's MedianValue, in ns; on a comparison: the "
+        "screen's Speedup."
+    )
+    DeviationPct: float | None = Field(
+        description="100 * (Value - this MedianValue (or Speedup)) / this: negative when the "
+        "other backend measured less time (or a smaller speedup)."
+    )
+
+
 class Row(_Model):
     """One (annotation, config, metric): statistics over runs, with a trust verdict."""
 
@@ -117,6 +140,11 @@ class Row(_Model):
         description="With `stages`: the stage that produced this ('screen' or 'profile'); "
         "null in a single-stage job.",
     )
+    CrossCheck: CrossCheckValue | None = Field(
+        None,
+        description="With `stages`: the screen's measurement of the same annotation and "
+        "config (profile stage's time rows and comparisons only); null otherwise.",
+    )
 
 
 class Comparison(_Model):
@@ -142,6 +170,11 @@ class Comparison(_Model):
         None,
         description="With `stages`: the stage that produced this ('screen' or 'profile'); "
         "null in a single-stage job.",
+    )
+    CrossCheck: CrossCheckValue | None = Field(
+        None,
+        description="With `stages`: the screen's measurement of the same annotation and "
+        "config (profile stage's time rows and comparisons only); null otherwise.",
     )
 
 

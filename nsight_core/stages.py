@@ -22,6 +22,11 @@ its time limit. A stage is skipped when what is left is below the screen's measu
 to its first timed call (it could not time a single call); a stage stopped by the budget is
 'cut' and its rows so far are kept. The result's `stages` says what ran, was cut or skipped.
 
+Cross-check (`crosscheck.cross_check`, after the profile stage): the profile stage's time
+rows and comparisons get the screen's measurement of the same annotation and config
+(`CrossCheck`), and disagreement beyond stated bounds is flagged in `Reasons` and counted
+in the message (docs/stages.md). The ranking is not redone.
+
 ETA of a later stage (`StageEta`): the screen's measured cost before its first timed call
 plus its measured seconds per timed call times the calls left. It is a floor under ncu,
 which replays each kernel once per pass.
@@ -38,6 +43,7 @@ from pathlib import Path
 
 from nsight_core.assemble import failure_of_error
 from nsight_core.collectors import get_backend
+from nsight_core.crosscheck import cross_check
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import preflight, run_profile_job
 from nsight_core.request import KernelsSpec, ProfileRequest
@@ -413,6 +419,7 @@ def run_staged(
     # -- stage 2: profile the top k under the final backend ------------------------------
     skip = _skip_reason(request, screen_status, kept, budget, eta, cancel)
     final_result: ProfileResult | None = None
+    flags: list[str] = []
     if skip is not None:
         profile_report = profile_report.model_copy(update={"Status": "skipped", "Reason": skip})
     else:
@@ -436,6 +443,13 @@ def run_staged(
         )
         final_result = _tagged(final_result, "profile")
         status = _stage_status(final_result, budget.bound(limit))
+        checked = cross_check(
+            screen,
+            final_result,
+            screen_metric=metric,
+            final_metric=get_backend(final).default_metric,
+        )
+        screen, final_result, flags = checked.screen, checked.final, checked.flags
         profile_report = profile_report.model_copy(
             update={
                 "Status": status,
@@ -453,6 +467,7 @@ def run_staged(
         final_result,
         [screen_report, profile_report],
         wall_s=clock() - budget.t0,
+        flags=flags,
     )
 
 
@@ -561,6 +576,7 @@ def _merged(
     reports: list[StageReport],
     *,
     wall_s: float,
+    flags: Sequence[str] = (),
 ) -> ProfileResult:
     """One result: the profile stage's rows first (the numbers to report), then the screen's."""
     screen_report, profile_report = reports
@@ -587,6 +603,12 @@ def _merged(
             "left out: "
             + "; ".join(f"{r.Annotation}: {r.Why}" for r in left_out[:8])
             + ("; ..." if len(left_out) > 8 else "")
+        )
+    if flags:
+        parts.append(
+            f"cross-check: {len(flags)} disagreement(s) between the screen and the profile "
+            f"stage ({'; '.join(flags[:5])}{'; ...' if len(flags) > 5 else ''}): see the "
+            "profile rows' Reasons and CrossCheck"
         )
     base = final if final is not None else screen
     status: JobStatus

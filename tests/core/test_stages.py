@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.protocol import EVENTS_METRIC
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Comparison, Correctness, ProfileResult, Row, TrustLevel
 from nsight_core.stages import (
@@ -117,6 +118,23 @@ def test_screen_ranks_by_time_keeps_the_top_k_and_leaves_out_the_incorrect(
     assert result.artifacts["screen_job_dir"].endswith("screen")
     assert result.provenance is not None
     assert {"stage_screen", "stage_profile"} <= set(result.provenance.phase_seconds)
+    # The cross-check ran over both stages: every profile time row and comparison carries
+    # the screen's number of the same callable and config; the honest candidates (sleeps
+    # 10x and 2.5x shorter than the reference's) agree in direction, so nothing is flagged.
+    for r in (r for r in result.rows if r.Stage == "profile"):
+        assert r.CrossCheck is not None, r
+        assert (r.CrossCheck.Backend, r.CrossCheck.Metric) == ("events", EVENTS_METRIC)
+        screen_row = next(
+            s for s in result.rows if s.Stage == "screen" and s.Annotation == r.Annotation
+        )
+        assert r.CrossCheck.Value == screen_row.MedianValue
+        assert not any("disagreement" in x or "cupti below" in x for x in r.Reasons)
+    for c in (c for c in result.comparisons if c.Stage == "profile"):
+        assert c.CrossCheck is not None and c.CrossCheck.Value is not None
+        assert c.Speedup is not None and (c.Speedup > 1) == (c.CrossCheck.Value > 1)
+        assert not any("disagreement" in x for x in c.Reasons)
+    assert all(r.CrossCheck is None for r in result.rows if r.Stage == "screen")
+    assert "cross-check" not in result.message
     # The caller heard of each stage as it started; the second came with the screen's
     # rows and an ETA from the screen's measured pace.
     assert [(u.stage, u.index, u.count) for u in updates] == [

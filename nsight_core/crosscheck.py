@@ -1,0 +1,245 @@
+"""Timer cross-check: one candidate and config measured by two backends in one result.
+
+Today that is a staged request (stages.py): the screen times every call inside the
+candidate's process (cupti or events), then the profile stage measures the reference and
+the kept candidates under ncu. `cross_check` runs after the profile stage, over the two
+stages' results, and:
+
+- sets `CrossCheck` on each profile-stage time row (the screen's median of the same
+  annotation and config) and on each profile-stage comparison (the screen's Speedup);
+- flags, in `Reasons`, disagreement beyond the bounds below. A flag on a profile-stage row
+  is a note (ncu measures outside the process: its number stands, Trust unchanged); a
+  screen row whose kernel time ncu contradicts becomes `suspicious`.
+
+Rules (docs/stages.md, "Cross-check", has the same table):
+
+1. ranking disagreement: the screen's and the profile stage's Speedup of a candidate on a
+   config lie on opposite sides of 1.0 and both are Resolvable (95 % intervals exclude 1.0).
+   Flagged on the candidate's profile time row and comparison.
+2. cupti well below ncu (screen metric `cupti__time_duration.sum` against
+   `gpu__time_duration.sum`, kernel time against kernel time): the screen's median more than
+   `KERNEL_TIME_BELOW_PCT` % plus `KERNEL_TIME_SLACK_NS` below ncu's. On the H200 honest
+   kernels differed by -8.0 to +1.3 % (ncu's duration carries about 1 us more on 10-55 us
+   kernels). Higher cupti times are not flagged: contention and clocks make them honest.
+3. host-bound calls (cupti screen): the screen's latency far above its kernel time
+   (`collectors.cupti.host_bound_reason`): the note goes onto the profile stage's time row
+   too, since ncu's kernel time alone understates what a caller pays.
+
+Pure functions over result models; the metric names come from the caller (the backends'
+`default_metric`), so no backend name is compared here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nsight_core.collectors.cupti import (
+    CUPTI_DURATION,
+    CUPTI_LATENCY,
+    CUPTI_SPAN,
+    host_bound_reason,
+)
+from nsight_core.request import DEFAULT_METRIC
+from nsight_core.results import Comparison, CrossCheckValue, ProfileResult, Row
+
+KERNEL_TIME_BELOW_PCT = 25.0
+"""cupti's kernel time may lie this far below ncu's before it is flagged (percent of ncu's)..."""
+KERNEL_TIME_SLACK_NS = 2_000.0
+"""... plus this absolute slack (2 us), so short kernels' fixed offsets do not trip it."""
+
+_NS_PER = {
+    "ns": 1.0,
+    "nsecond": 1.0,
+    "us": 1e3,
+    "usecond": 1e3,
+    "ms": 1e6,
+    "msecond": 1e6,
+    "s": 1e9,
+    "second": 1e9,
+}
+
+Key = tuple[str, int]
+"""(annotation, config id)."""
+
+
+@dataclass(frozen=True)
+class CrossChecked:
+    """The two stages' results after the cross-check, and one line per flag for the message."""
+
+    screen: ProfileResult
+    final: ProfileResult
+    flags: list[str]
+
+
+def to_ns(value: float | None, unit: str | None) -> float | None:
+    """A duration in ns; None when the unit is not a time unit (or the value is missing)."""
+    if value is None or unit is None:
+        return None
+    scale = _NS_PER.get(unit)
+    return None if scale is None else value * scale
+
+
+def deviation_pct(other: float | None, this: float | None) -> float | None:
+    """100 * (other - this) / this; None when undefined."""
+    if other is None or this is None or this == 0:
+        return None
+    return round(100.0 * (other - this) / this, 2)
+
+
+def ranking_disagreement(screen: Comparison, final: Comparison) -> str | None:
+    """Rule 1: the Reason when the two Speedups resolve in opposite directions, else None."""
+    s, f = screen.Speedup, final.Speedup
+    if s is None or f is None or screen.Resolvable is not True or final.Resolvable is not True:
+        return None
+    if (s > 1.0) == (f > 1.0):
+        return None
+    return (
+        f"ranking disagreement: the screen ({screen.Metric}) gave {s:.3g}x the reference's "
+        f"speed {_interval(screen)}, the profile stage ({final.Metric}) {f:.3g}x "
+        f"{_interval(final)}; both resolve, in opposite directions. Report the profile "
+        "stage's number for kernel time. Where the screen timed the whole call (events), a "
+        "launch-bound candidate loses there and wins on kernel time: what a caller pays is "
+        "the screen's side. Where both timed kernels (cupti, ncu), the candidate ran "
+        "differently under the two: check that it does the same work on every call"
+    )
+
+
+def kernel_time_below(screen: Row, final: Row) -> str | None:
+    """Rule 2: the Reason when cupti's median kernel time is far below ncu's, else None."""
+    if screen.Metric != CUPTI_DURATION or final.Metric != DEFAULT_METRIC:
+        return None
+    c = to_ns(screen.MedianValue, screen.Unit)
+    n = to_ns(final.MedianValue, final.Unit)
+    if c is None or n is None or n <= 0:
+        return None
+    if n - c <= n * KERNEL_TIME_BELOW_PCT / 100.0 + KERNEL_TIME_SLACK_NS:
+        return None
+    clocks = (
+        " ncu ran with clock_control='base' (clocks locked below boost), which explains some "
+        "of it: profile with clock_control='none' to compare."
+        if final.ClockControl == "base"
+        else ""
+    )
+    return (
+        f"cupti below ncu: the screen's kernel time ({CUPTI_DURATION}, median "
+        f"{c / 1e3:.3g} us) is {100.0 * (n - c) / n:.0f} % below ncu's {DEFAULT_METRIC} "
+        f"({n / 1e3:.3g} us), beyond the cross-check's bound ({KERNEL_TIME_BELOW_PCT:g} % + "
+        f"{KERNEL_TIME_SLACK_NS / 1e3:g} us; honest kernels differ by under 10 %): the "
+        "candidate's kernels did less work in the screen than under ncu (a code path that "
+        f"depends on the profiler, results cached between calls).{clocks} Report ncu's "
+        "number; check that the candidate does the same work on every call"
+    )
+
+
+def _interval(c: Comparison) -> str:
+    lo, hi = c.Speedup_CI95_Lower, c.Speedup_CI95_Upper
+    return f"[{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "[no CI]"
+
+
+def _noted(row: Row, reason: str) -> Row:
+    return (
+        row if reason in row.Reasons else row.model_copy(update={"Reasons": [*row.Reasons, reason]})
+    )
+
+
+def _suspicious(row: Row, reason: str) -> Row:
+    if reason in row.Reasons:
+        return row
+    trust = row.Trust if row.Trust == "failed" else "suspicious"
+    return row.model_copy(update={"Trust": trust, "Reasons": [*row.Reasons, reason]})
+
+
+def _by_key(rows: Sequence[Row], metric: str) -> dict[Key, Row]:
+    return {(r.Annotation, r.ConfigId): r for r in rows if r.Metric == metric}
+
+
+def cross_check(
+    screen: ProfileResult, final: ProfileResult, *, screen_metric: str, final_metric: str
+) -> CrossChecked:
+    """Both stages' results with `CrossCheck` values and disagreement Reasons (rules above).
+
+    `screen_metric` and `final_metric` are the two backends' time metrics (their
+    `default_metric`); a profile stage whose request left `final_metric` out gets no row
+    cross-check, only the comparisons' (which need it too, so then none at all).
+    """
+    s_rows = _by_key(screen.rows, screen_metric)
+    s_latency = _by_key(screen.rows, CUPTI_LATENCY)
+    s_span = _by_key(screen.rows, CUPTI_SPAN)
+    s_comp = {
+        (c.Annotation, c.ConfigId): c for c in screen.comparisons if c.Metric == screen_metric
+    }
+    flags: list[str] = []
+    doubted: dict[Key, str] = {}
+
+    comparisons: list[Comparison] = []
+    disagree: dict[Key, str] = {}
+    for c in final.comparisons:
+        other = s_comp.get((c.Annotation, c.ConfigId))
+        if c.Metric != final_metric or other is None:
+            comparisons.append(c)
+            continue
+        value = CrossCheckValue(
+            Backend=_backend_of(screen.rows, screen_metric),
+            Metric=other.Metric,
+            Value=other.Speedup,
+            DeviationPct=deviation_pct(other.Speedup, c.Speedup),
+        )
+        update: dict[str, object] = {"CrossCheck": value}
+        reason = ranking_disagreement(other, c)
+        if reason is not None:
+            disagree[(c.Annotation, c.ConfigId)] = reason
+            update["Reasons"] = [*c.Reasons, reason]
+            flags.append(f"ranking disagreement on {c.Annotation} config {c.ConfigId}")
+        comparisons.append(c.model_copy(update=update))
+
+    rows: list[Row] = []
+    for r in final.rows:
+        key = (r.Annotation, r.ConfigId)
+        other_row = s_rows.get(key)
+        if r.Metric != final_metric or other_row is None:
+            rows.append(r)
+            continue
+        this_ns = to_ns(r.MedianValue, r.Unit)
+        other_ns = to_ns(other_row.MedianValue, other_row.Unit)
+        r = r.model_copy(
+            update={
+                "CrossCheck": CrossCheckValue(
+                    Backend=other_row.Backend,
+                    Metric=other_row.Metric,
+                    Value=other_ns,
+                    DeviationPct=deviation_pct(other_ns, this_ns),
+                )
+            }
+        )
+        if key in disagree:
+            r = _noted(r, disagree[key])
+        below = kernel_time_below(other_row, r)
+        if below is not None:
+            r = _noted(r, below)
+            doubted[key] = below
+            flags.append(f"cupti below ncu on {r.Annotation} config {r.ConfigId}")
+        device = other_row.MedianValue if other_row.Metric == CUPTI_DURATION else None
+        if device is None and key in s_span:
+            device = s_span[key].MedianValue
+        latency = s_latency.get(key)
+        host = host_bound_reason(device, latency.MedianValue if latency is not None else None)
+        if host is not None:
+            r = _noted(r, host)
+        rows.append(r)
+
+    screen_rows = [
+        _suspicious(r, doubted[(r.Annotation, r.ConfigId)])
+        if r.Metric == screen_metric and (r.Annotation, r.ConfigId) in doubted
+        else r
+        for r in screen.rows
+    ]
+    return CrossChecked(
+        screen=screen.model_copy(update={"rows": screen_rows}),
+        final=final.model_copy(update={"rows": rows, "comparisons": comparisons}),
+        flags=flags,
+    )
+
+
+def _backend_of(rows: Sequence[Row], metric: str) -> str:
+    return next((r.Backend for r in rows if r.Metric == metric), "screen")
