@@ -68,6 +68,18 @@ def failure_of_error(err: NsightCoreError, phase: str | None = None) -> Failure:
     return Failure(ErrorClass=err.error_class, Error=err.message, Hint=err.hint, Phase=phase)
 
 
+def refused(err: NsightCoreError, *, result_id: str, created_at: str) -> ProfileResult:
+    """The result of a request refused before anything ran (its preflight)."""
+    return ProfileResult(
+        result_id=result_id,
+        status="failed",
+        message=f"{err.error_class}: {err}",
+        created_at=created_at,
+        finished_at=iso(utc_now()),
+        error=failure_of_error(err, "preflight"),
+    )
+
+
 def correctness_of(request: ProfileRequest, checks: Sequence[CheckEvent]) -> list[Correctness]:
     return [
         Correctness(

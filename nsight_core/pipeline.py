@@ -22,7 +22,7 @@ from typing import Literal
 
 from platformdirs import user_cache_dir
 
-from nsight_core.assemble import assemble_result, failure_of_error
+from nsight_core.assemble import assemble_result, refused
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
@@ -95,14 +95,7 @@ def run_profile_job(
     try:
         preflight(request)
     except NsightCoreError as err:
-        return ProfileResult(
-            result_id=result_id,
-            status="failed",
-            message=f"{err.error_class}: {err}",
-            created_at=created,
-            finished_at=iso(utc_now()),
-            error=failure_of_error(err, "preflight"),
-        )
+        return refused(err, result_id=result_id, created_at=created)
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(request.workdir or os.getcwd()).resolve()

@@ -8,7 +8,7 @@ once, here. JSON has no NaN: a missing number is ``null`` and the row's `Trust`,
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,6 +60,22 @@ class CrossCheckValue(_Model):
         description="100 * (Value - this MedianValue (or Speedup)) / this: negative when the "
         "other backend measured less time (or a smaller speedup)."
     )
+
+
+StageOf = Annotated[
+    StageName | None,
+    Field(
+        description="With `stages`: the stage that produced this ('screen' or 'profile'); "
+        "null in a single-stage job."
+    ),
+]
+CrossCheckOf = Annotated[
+    CrossCheckValue | None,
+    Field(
+        description="With `stages`: the screen's measurement of the same annotation and "
+        "config (profile stage's time rows and comparisons only); null otherwise."
+    ),
+]
 
 
 class Row(_Model):
@@ -135,16 +151,8 @@ class Row(_Model):
         None, description="NVML index of the GPU the job ran on (its host's numbering)."
     )
     GPUUUID: str | None = Field(None, description="UUID of the GPU the job ran on.")
-    Stage: StageName | None = Field(
-        None,
-        description="With `stages`: the stage that produced this ('screen' or 'profile'); "
-        "null in a single-stage job.",
-    )
-    CrossCheck: CrossCheckValue | None = Field(
-        None,
-        description="With `stages`: the screen's measurement of the same annotation and "
-        "config (profile stage's time rows and comparisons only); null otherwise.",
-    )
+    Stage: StageOf = None
+    CrossCheck: CrossCheckOf = None
 
 
 class Comparison(_Model):
@@ -166,16 +174,8 @@ class Comparison(_Model):
     )
     NumPairs: int = Field(description="Runs where both candidate and reference are valid.")
     Reasons: list[str] = Field(default_factory=list)
-    Stage: StageName | None = Field(
-        None,
-        description="With `stages`: the stage that produced this ('screen' or 'profile'); "
-        "null in a single-stage job.",
-    )
-    CrossCheck: CrossCheckValue | None = Field(
-        None,
-        description="With `stages`: the screen's measurement of the same annotation and "
-        "config (profile stage's time rows and comparisons only); null otherwise.",
-    )
+    Stage: StageOf = None
+    CrossCheck: CrossCheckOf = None
 
 
 class Correctness(_Model):

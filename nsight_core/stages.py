@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nsight_core.assemble import failure_of_error
+from nsight_core.assemble import refused
 from nsight_core.collectors import get_backend
 from nsight_core.crosscheck import cross_check
 from nsight_core.errors import ErrorClass, NsightCoreError
@@ -362,14 +362,7 @@ def run_staged(
         preflight_request(request, final_backend=final_backend)
         screen_backend, fallback_note = choose_screen(request)
     except NsightCoreError as err:
-        return ProfileResult(
-            result_id=result_id,
-            status="failed",
-            message=f"{err.error_class}: {err}",
-            created_at=created,
-            finished_at=iso(utc_now()),
-            error=failure_of_error(err, "preflight"),
-        )
+        return refused(err, result_id=result_id, created_at=created)
     screen_report = StageReport(
         Stage="screen",
         Backend=screen_backend,
