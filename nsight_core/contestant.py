@@ -19,6 +19,7 @@ function, which annotates itself, run per (config, run); it writes events.jsonl 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import os
 import random
@@ -90,9 +91,13 @@ def preload_frameworks() -> None:
 
 
 def init_cuda() -> None:
-    """Create the CUDA context now, when torch can use a GPU: before confinement (the driver
-    opens its device files here) and before any candidate is imported, and while the other
-    process of the job is still starting, so no call pays for it."""
+    """Initialise the CUDA driver now, before confinement: its first initialisation opens
+    files no allow-list can name in advance (error 304 under Landlock on the H200), while
+    contexts made after it work confined. With torch, also create the context now, before any
+    candidate is imported and while the other process of the job is still starting, so no
+    call pays for it. Without torch (a cupy-only job) the driver alone is initialised."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libcuda.so.1").cuInit(0)
     torch = sys.modules.get("torch")
     if torch is None:
         return

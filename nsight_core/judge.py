@@ -301,6 +301,8 @@ class Judge:
     def load_candidates(self) -> None:
         """After the reference's last call: the contestant imports the candidates."""
         assert self._chan is not None
+        # A crash while importing them is no call of the reference's.
+        self.current = ("<contestant>", None, None)
         self._chan.send(LoadMsg().model_dump_json().encode())
         self._take_hello()
 

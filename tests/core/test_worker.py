@@ -109,3 +109,40 @@ def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates
     assert events.end is not None and events.end.error_class is None
     # The range loop imported nvtx before any call; the events loop above never did.
     assert "True" in (tmp_path / "seen.txt").read_text().split()
+
+
+CRASH_AT_IMPORT = """
+import os
+
+def make_inputs(n):
+    return (list(range(n)),)
+
+def ref(xs):
+    return sum(xs)
+"""
+
+
+def test_a_candidate_that_kills_the_contestant_at_import_leaves_the_reference_timed(
+    tmp_path: Path,
+) -> None:
+    """The reference runs before any candidate is imported (issue 10), so a candidate whose
+    import ends the process cannot take the reference's rows with it, nor be blamed on them."""
+    (tmp_path / "job_code.py").write_text(CRASH_AT_IMPORT)
+    (tmp_path / "killer.py").write_text(
+        "import os\nos._exit(3)\n\ndef cand(xs):\n    return sum(xs)\n"
+    )
+    request = ProfileRequest(
+        reference="job_code.py:ref",
+        candidates=["killer.py:cand"],
+        inputs="job_code.py:make_inputs",
+        configs=[{"n": 64}],
+        workdir=str(tmp_path),
+        backend="events",
+        runs=3,
+    )
+    result = run_profile_job(request, tmp_path / "job", result_id="t")
+    ref_rows = [r for r in result.rows if r.Annotation == "job_code.py:ref"]
+    assert ref_rows and all(r.NumRuns == 3 and r.ErrorClass is None for r in ref_rows)
+    assert result.status == "failed" and result.message.startswith("no candidate passed")
+    crashed = [f for f in result.failures if f.ErrorClass == "crashed"]
+    assert crashed and all(f.Annotation != "job_code.py:ref" for f in crashed)
