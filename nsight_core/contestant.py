@@ -452,10 +452,6 @@ def confine(job: ContestantJob) -> str | None:
     """Apply the job's Landlock allow-list to this process; why not, when it cannot."""
     if job.confine == "off":
         return None
-    if job.confine == "cpu-only":
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available():
-            return "file access not confined: CUDA is available (set NSPY_MCP_CONFINE=1 to force)"
     # The sandbox's private HOME and TMPDIR of this process (made by the judge's sandbox
     # before this process started): JIT caches and, under ncu, its injected library's lock
     # directory live there.

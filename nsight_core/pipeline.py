@@ -54,7 +54,7 @@ TRANSPORT_ENV = "NSPY_MCP_TRANSPORT"
 of CUDA IPC (for hosts where IPC is unavailable; the judge also falls back by itself)."""
 
 
-def confine_contestant(backend: Backend) -> Literal["on", "off", "cpu-only"]:
+def confine_contestant(backend: Backend) -> Literal["on", "off"]:
     """'on'/'off' from NSPY_MCP_CONFINE; by default 'on' wherever the kernel has Landlock,
     whatever the backend. The contestant creates its CUDA context before it confines itself
     (CUDA's first initialisation opens files no allow-list can name in advance; once it is

@@ -110,7 +110,7 @@ class WorkerJob(_Msg):
     seed: int = 0
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
     child_timer: Literal["range", "clock", "cupti"] = "range"
-    confine: Literal["on", "off", "cpu-only"] = "off"
+    confine: Literal["on", "off"] = "off"
     """Confine the contestant's file access (decided by the pipeline, see pipeline.py)."""
     cuda_ipc: bool = True
     """Share CUDA arrays by IPC (else through host memory; see exchange.py)."""
@@ -309,7 +309,7 @@ class ContestantJob(_Msg):
     child_timer: Literal["range", "clock", "cupti"]
     check_mutation: bool = True
     check_aliasing: bool = True
-    confine: Literal["on", "off", "cpu-only"] = "off"
+    confine: Literal["on", "off"] = "off"
     """Restrict the contestant's file access (Landlock) to the workdir, its private
     directory, the slots and what Python and CUDA need; the store stays out of reach."""
     read_dirs: list[str] = Field(default_factory=list)
