@@ -31,11 +31,6 @@ STARTED = re.compile(r"running on Dask worker (\S+) \(host [^,]+, pid (\d+)\)")
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def cluster_address() -> AsyncIterator[str]:
     """A scheduler and two single-threaded worker processes, each with GPU=1."""
     async with distributed.LocalCluster(

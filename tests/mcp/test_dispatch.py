@@ -30,11 +30,6 @@ UUID_B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 TWO_GPUS = [gpu_slot(0, UUID_A, "Fake GPU A"), gpu_slot(1, UUID_B, "Fake GPU B")]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _busy(counts: dict[int, int]) -> Callable[[], dict[int, int]]:
     return lambda: dict(counts)
 

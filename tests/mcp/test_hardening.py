@@ -32,16 +32,6 @@ from tests.mcp.test_server import (
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def private_device_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NSPY_MCP_LOCK_DIR", str(tmp_path / "device-locks"))
-
-
 def nested(depth: int) -> dict[str, Any]:
     value: Any = 1
     for _ in range(depth):

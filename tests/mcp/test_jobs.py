@@ -18,11 +18,6 @@ from nspy_mcp.progress import ProgressTracker
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _request(configs: int = 2) -> ProfileRequest:
     return ProfileRequest(
         reference="ref.py:f",

@@ -43,17 +43,6 @@ SNAPSHOT = Path(__file__).with_name("tool_schemas.json")
 UPDATE_ENV = "NSPY_UPDATE_SNAPSHOTS"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def private_device_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test gets its own device lock files, so other processes on this host never wait."""
-    monkeypatch.setenv("NSPY_MCP_LOCK_DIR", str(tmp_path / "device-locks"))
-
-
 def softmax_request(**overrides: Any) -> dict[str, Any]:
     request: dict[str, Any] = {
         "reference": demo_kernels.REFERENCE,

@@ -41,16 +41,6 @@ def wrong(n):
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def private_device_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NSPY_MCP_LOCK_DIR", str(tmp_path / "device-locks"))
-
-
 def staged(**overrides: Any) -> dict[str, Any]:
     request: dict[str, Any] = {
         "reference": "ref",
