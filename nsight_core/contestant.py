@@ -1,8 +1,10 @@
 """The contestant: the only process that imports and calls candidate code.
 
-``python -m nsight_core.contestant PRIVATE_DIR`` (request jobs; started by the judge, under
-ncu for that backend) reads ``contestant.json`` from its private directory, imports the
-annotations, connects to the judge's socket and then obeys: for each call message it makes
+``python -m nsight_core.contestant PRIVATE_DIR TIMER`` (request jobs; started by the judge,
+under ncu for that backend) connects to the judge's socket in its private directory, starts
+its frameworks, CUDA context and timer, and only then reads its job (a `ContestantJob`: what
+to import, how to confine itself), so it can be started before the job exists. It imports
+the reference, later the candidates, and then obeys: for each call message it makes
 new arrays from the judge's slots, calls the annotation (inside an NVTX range named by
 `RunKey` when an external profiler measures, or timed by the backend's clock), copies the
 output into the judge's output slots and replies. It decides nothing: it never sees a seed,
@@ -45,10 +47,11 @@ from nsight_core.exchange import SlotTable
 from nsight_core.integrity import Watch, shadowing_files
 from nsight_core.loader import load_callable
 from nsight_core.protocol import (
-    CONTESTANT_JOB_FILE,
+    CONTESTANT_SOCKET,
     EVENTS_FILE,
     EVENTS_METRIC,
     JOB_FILE,
+    READY_LINE,
     CallMsg,
     ContestantJob,
     DoneEvent,
@@ -84,8 +87,13 @@ watch takes it in then (`Watch.snapshot` before the candidates are imported)."""
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
 
 
-def preload_frameworks() -> None:
-    for name in FRAMEWORKS:
+PRESTART_FRAMEWORKS = (*FRAMEWORKS, "triton")
+"""What a pre-started process (standby.py) imports while it waits: its start-up time is off
+the job's path, so Triton's import (about 1 s) is taken there too."""
+
+
+def preload_frameworks(names: tuple[str, ...] = FRAMEWORKS) -> None:
+    for name in names:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
 
@@ -240,12 +248,12 @@ class Contestant:
             host_s={**self._take_startup_s(), "load": round(time.monotonic() - t0, 4)},
         )
 
-    def serve(self) -> int:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(self.job.socket_path)
+    def serve(self, sock: socket.socket, reader: IO[bytes]) -> int:
+        """Obey the judge on ``sock`` (already connected; its job line already read)."""
         self._sock = sock
+        # Started only now, after confinement: Landlock binds the threads that exist later.
         threading.Thread(target=_die_with_judge, args=(sock,), daemon=True).start()
-        self._reader = sock.makefile("rb")
+        self._reader = reader
         self._send(self.load(self.job.annotations[:1]))
         while True:
             line = self._reader.readline()
@@ -491,34 +499,58 @@ def main(argv: list[str]) -> int:
         except Exception as exc:
             events.emit(failure_event("<worker>", "profile", exc))
             return int(WorkerExit.INTERNAL)
-    if len(argv) != 2:
-        sys.stderr.write("usage: python -m nsight_core.contestant PRIVATE_DIR\n")
+    prestarted = argv[3:] == ["--prestarted"]
+    if (
+        len(argv) not in (3, 4)
+        or argv[2] not in ("range", "clock", "cupti")
+        or (len(argv) == 4 and not prestarted)
+    ):
+        sys.stderr.write(
+            "usage: python -m nsight_core.contestant PRIVATE_DIR range|clock|cupti [--prestarted]\n"
+        )
         return int(WorkerExit.BAD_JOB)
-    try:
-        cjob = ContestantJob.model_validate_json((Path(argv[1]) / CONTESTANT_JOB_FILE).read_text())
-    except Exception as exc:
-        sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
-        return int(WorkerExit.BAD_JOB)
+    timer_kind = argv[2]
+    # Connect first: the judge accepts when it is ready to send the job, and this process
+    # goes on starting meanwhile (a pre-started one waits for its job at the readline).
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(Path(argv[1]) / CONTESTANT_SOCKET))
+    reader = sock.makefile("rb")
     t0 = time.monotonic()
-    preload_frameworks()
+    preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
     t1 = time.monotonic()
     init_cuda()
     t2 = time.monotonic()
-    if cjob.child_timer == "range":
+    if timer_kind == "range":
         import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
     timer: CuptiTimer | None = None
-    if cjob.child_timer == "cupti":
+    if timer_kind == "cupti":
         timer = CuptiTimer()
         timer.start()  # loads libcupti: before confinement and before any candidate import
+    t3 = time.monotonic()
+    sock.sendall(READY_LINE + b"\n")  # started: nothing of this process touches the GPU now
+    line = reader.readline()
+    if not line:  # the judge ended before there was a job (a standby retired)
+        return int(WorkerExit.OK)
+    t4 = time.monotonic()
+    try:
+        cjob = ContestantJob.model_validate_json(line)
+    except Exception as exc:
+        sys.stderr.write(f"nsight_core.contestant: bad job: {exc}\n")
+        return int(WorkerExit.BAD_JOB)
+    if cjob.child_timer != timer_kind:
+        sys.stderr.write("nsight_core.contestant: the job's timer is not the one started\n")
+        return int(WorkerExit.BAD_JOB)
     not_confined = confine(cjob)  # before any candidate code and before any thread
     contestant = Contestant(cjob, not_confined, timer)
     contestant.startup_s = {
         "process": round(t0 - (time.monotonic() - process_age_s()), 4),
         "frameworks": round(t1 - t0, 4),
         "cuda": round(t2 - t1, 4),
-        "timer+confine": round(time.monotonic() - t2, 4),
+        "timer": round(t3 - t2, 4),
+        "waited_for_job": round(t4 - t3, 4),
+        "confine": round(time.monotonic() - t4, 4),
     }
-    return contestant.serve()
+    return contestant.serve(sock, reader)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """The judge: makes the inputs, runs the reference, checks every output. Never imports candidates.
 
-``python -P -m nsight_core.judge JOB_DIR`` is what the pipeline starts for a request. It
+``python -P -m nsight_core.judge JOB_DIR`` is what the pipeline starts for a request, or
+``--standby DIR`` before the request exists (standby.py: the same steps, with the job handed
+over on a socket once the contestant is up). It
 
 1. draws a seed from the OS (`secrets`) that never leaves this process, and starts the
-   contestant (contestant.py) in a private temporary directory outside the store, wrapped
-   by the backend (under ncu for that backend, so only the contestant is profiled);
+   contestant (contestant.py, via seat.py) in a private temporary directory outside the
+   store, wrapped by the backend (under ncu for that backend, so only the contestant is
+   profiled); the contestant gets its job, what to import, only over its socket;
 2. imports the reference and the input maker itself (trusted by contract);
 3. for every call the contestant makes, untimed (warm-up and check) or timed, makes fresh
    inputs, hands them over through shared slots, runs the reference on its own copy, and
@@ -28,8 +31,6 @@ import secrets
 import shutil
 import socket
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,11 +40,12 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from nsight_core.check import clone_args, same_result
-from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.collectors.cupti import call_samples
 from nsight_core.collectors.events import sync_all
 from nsight_core.contestant import (
+    FRAMEWORKS,
+    PRESTART_FRAMEWORKS,
     EventWriter,
     failure_event,
     init_cuda,
@@ -52,14 +54,14 @@ from nsight_core.contestant import (
 )
 from nsight_core.diagnose import nbytes_of
 from nsight_core.errors import ErrorClass, WorkerExit
-from nsight_core.exchange import Arena
 from nsight_core.loader import load_callable
 from nsight_core.protocol import (
-    CONTESTANT_JOB_FILE,
     EVENTS_FILE,
     EVENTS_METRIC,
     JOB_FILE,
-    MAX_REPLY_BYTES,
+    READY_FILE,
+    STANDBY_FILE,
+    STANDBY_SOCKET,
     CallMsg,
     CheckEvent,
     ContestantJob,
@@ -79,17 +81,16 @@ from nsight_core.protocol import (
     RunKey,
     SampleEvent,
     SlotSpec,
+    StandbySpec,
     SuspectEvent,
     WorkerJob,
 )
 from nsight_core.request import ProfileRequest
 from nsight_core.sandbox import (
-    SandboxLimits,
-    SandboxOutcome,
     process_age_s,
-    run_sandboxed,
     watch_parent_pipe,
 )
+from nsight_core.seat import Channel, ContestantGone, ContestantProcess, Seat
 from nsight_core.settings import JobSettings
 from nsight_core.verdict import Tally, TrivialBound, judge_output, trivial_bound, type_mismatch
 
@@ -109,92 +110,6 @@ IN_PROCESS_PREFIXES = (
 """Rebinding these can only fool timers inside the contestant; external numbers stand."""
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
-
-
-class ContestantGone(Exception):
-    """The contestant's process ended while the judge waited for it."""
-
-
-class Channel:
-    """The judge's end of the contestant's socket, with deadlines and a line-size cap."""
-
-    def __init__(self, path: Path) -> None:
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(path))
-        self._listener.listen(1)
-        self._listener.settimeout(0.2)
-        self._conn: socket.socket | None = None
-        self._buf = b""
-
-    def accept(self, alive: Callable[[], bool], deadline: float) -> None:
-        while self._conn is None:
-            if not alive():
-                raise ContestantGone("the contestant ended before it connected")
-            if time.monotonic() > deadline:
-                raise TimeoutError("the contestant did not connect in time")
-            with contextlib.suppress(TimeoutError):
-                conn, _ = self._listener.accept()
-                conn.settimeout(0.2)
-                self._conn = conn
-
-    def send(self, data: bytes) -> None:
-        assert self._conn is not None
-        self._conn.sendall(data + b"\n")
-
-    def recv_line(self, alive: Callable[[], bool]) -> bytes:
-        """The next line; raises ContestantGone when the process ends without one."""
-        assert self._conn is not None
-        while b"\n" not in self._buf:
-            if len(self._buf) > MAX_REPLY_BYTES:
-                raise ValueError(f"a reply longer than {MAX_REPLY_BYTES} bytes")
-            try:
-                chunk = self._conn.recv(1 << 16)
-            except TimeoutError:
-                if not alive():
-                    raise ContestantGone("the contestant ended during a call") from None
-                continue
-            if not chunk:
-                raise ContestantGone("the contestant closed its connection")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
-
-    def close(self) -> None:
-        for s in (self._conn, self._listener):
-            if s is not None:
-                with contextlib.suppress(OSError):
-                    s.close()
-
-
-class ContestantProcess:
-    """The contestant, run to its end by sandbox.py in a thread of the judge."""
-
-    def __init__(self, argv: list[str], cwd: Path, output_dir: Path, wall_s: float) -> None:
-        self.outcome: SandboxOutcome | None = None
-        self.cancel = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(argv, cwd, output_dir, wall_s), daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, argv: list[str], cwd: Path, output_dir: Path, wall_s: float) -> None:
-        self.outcome = run_sandboxed(
-            argv,
-            cwd=cwd,
-            limits=SandboxLimits(wall_s=max(wall_s, 1.0)),
-            cancel=self.cancel,
-            output_dir=output_dir,
-        )
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def wait(self, timeout: float) -> SandboxOutcome | None:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            self.cancel.set()
-            self._thread.join()
-        return self.outcome
 
 
 @dataclass
@@ -219,25 +134,28 @@ class _ConfigState:
 
 
 class Judge:
-    def __init__(self, job: WorkerJob, request: ProfileRequest, job_dir: Path) -> None:
+    """One job's judge, given a `Seat` whose contestant was started before the job."""
+
+    def __init__(self, job: WorkerJob, request: ProfileRequest, job_dir: Path, seat: Seat) -> None:
         self.job = job
         self.req = request
         self.job_dir = job_dir
+        self.seat = seat
         self.events = EventWriter(job_dir / EVENTS_FILE)
-        self.backend: Backend = get_backend(job.backend)
+        self.backend: Backend = seat.backend
         self.settings = JobSettings.of_request(request)
         self._rng = random.Random(secrets.randbits(64))
-        self._private = Path(tempfile.mkdtemp(prefix="nspy-contestant-"))
-        self.arena = Arena(Path(tempfile.mkdtemp(prefix="nspy-slots-")), cuda_ipc=job.cuda_ipc)
+        self._private = seat.private
+        self.arena = seat.arena
         self.phase_seconds: dict[str, float] = {}
         self.judge_s = 0.0
         self.ref: Callable[..., Any] | None = None
         self.maker: Callable[..., Any] | None = None
         self.loaded: list[str] = []
         self.device: str | None = None
-        self._proc: ContestantProcess | None = None
-        self._chan: Channel | None = None
-        self._wrapped: Wrapped | None = None
+        self._proc: ContestantProcess = seat.proc
+        self._chan: Channel = seat.chan
+        self._wrapped: Wrapped = seat.wrapped
         self._suspects: set[str] = set()
         self.confined = False
         self.notes: list[str] = []
@@ -246,17 +164,17 @@ class Judge:
         """Per config, the trivial-answer bound of its first expected output (both passes)."""
 
     # -- start -----------------------------------------------------------------------------
-    def start_contestant(self) -> None:
+    def send_job(self) -> None:
+        """Arm the job's time limit and tell the waiting contestant what to import."""
+        self.seat.deadline.arm(max(self.req.time_limit_s, 1.0))
         source = None
         if self.job.source_file:
             source = self._private / "inline_source.py"
             shutil.copyfile(self.job.source_file, source)
-        sock = self._private / "judge.sock"
         cjob = ContestantJob(
             annotations=self.req.annotations,
             workdir=self.job.workdir,
             source_file=str(source) if source else None,
-            socket_path=str(sock),
             child_timer=self.backend.child_timer,
             check_mutation=self.req.check.enabled and self.req.check.check_mutation,
             check_aliasing=self.req.check.enabled and self.req.check.check_aliasing,
@@ -264,17 +182,10 @@ class Judge:
             read_dirs=[str(self._private)],
             write_dirs=[str(self._private), str(self.arena.directory)],
         )
-        (self._private / CONTESTANT_JOB_FILE).write_text(cjob.model_dump_json())
-        self._chan = Channel(sock)
-        argv = [sys.executable, "-P", "-m", "nsight_core.contestant", str(self._private)]
-        self._wrapped = self.backend.wrap(argv, self.settings, self.job_dir)
-        self._proc = ContestantProcess(
-            self._wrapped.argv, self._private, self.job_dir, self.req.time_limit_s
-        )
+        self.seat.wait_ready(START_TIMEOUT_S)
+        self._chan.send(cjob.model_dump_json().encode())
 
     def load_trusted(self) -> WorkerExit | None:
-        preload_frameworks()
-        init_cuda()
         source = Path(self.job.source_file) if self.job.source_file else None
         workdir = Path(self.job.workdir)
         for role, spec in (("reference", self.req.reference), ("inputs", self.req.inputs)):
@@ -294,13 +205,10 @@ class Judge:
 
     def hello(self) -> None:
         """The contestant's start: it has imported the reference, and nothing else."""
-        assert self._chan is not None and self._proc is not None
-        self._chan.accept(self._proc.alive, time.monotonic() + START_TIMEOUT_S)
         self._take_hello()
 
     def load_candidates(self) -> None:
         """After the reference's last call: the contestant imports the candidates."""
-        assert self._chan is not None
         # A crash while importing them is no call of the reference's.
         self.current = ("<contestant>", None, None)
         self._chan.send(LoadMsg().model_dump_json().encode())
@@ -616,13 +524,14 @@ class Judge:
             self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + (t1 - t0)
             self.events.emit(PhaseEvent(phase=name, state="end", t=t1))
 
-    def run(self, started: float | None = None) -> int:
-        self.start_contestant()
+    def run(self, spawn_s: float | None = None) -> int:
         # Where a job's wall time goes, for the benchmarks: this process's start until the
-        # contestant is spawned, then (in "import") until its hello, and its exit at the end.
-        if started is not None:
-            self.phase_seconds["spawn"] = round(time.monotonic() - started, 4)
+        # contestant was spawned ("spawn"; 0 for a pre-started judge), then (in "import")
+        # until its hello, and its exit at the end.
+        if spawn_s is not None:
+            self.phase_seconds["spawn"] = round(spawn_s, 4)
         try:
+            self.send_job()
             return self._run()
         except (ContestantGone, TimeoutError) as exc:
             # The contestant died (a crash, its time limit, a kill): the call in flight is
@@ -668,18 +577,14 @@ class Judge:
         return int(WorkerExit.OK)
 
     def _finish(self) -> None:
-        proc, chan = self._proc, self._chan
-        if chan is not None:
-            with contextlib.suppress(OSError, AssertionError):
-                chan.send(ExitMsg().model_dump_json().encode())
+        with contextlib.suppress(OSError, AssertionError):
+            self._chan.send(ExitMsg().model_dump_json().encode())
         t0 = time.monotonic()
-        outcome = proc.wait(timeout=30.0) if proc is not None else None
+        outcome = self._proc.wait(timeout=30.0)
         self.phase_seconds["exit"] = round(time.monotonic() - t0, 4)
-        if chan is not None:
-            chan.close()
-        self.arena.close()
-        shutil.rmtree(self._private, ignore_errors=True)
-        if outcome is not None and self._wrapped is not None:
+        self.seat.close()
+        self._wrapped = self.seat.move_artifacts(self.job_dir)
+        if outcome is not None:
             err = self.backend.classify_end(outcome, self._wrapped, self.settings)
             cls = err.error_class if err else outcome.error_class
             self.events.emit(
@@ -717,22 +622,103 @@ class _ReferenceFailed(Exception):
         self.failure = failure
 
 
-def main(argv: list[str]) -> int:
-    watch_parent_pipe()  # die with the pipeline's server, whatever kills it
-    if len(argv) != 2:
-        sys.stderr.write("usage: python -m nsight_core.judge JOB_DIR\n")
-        return int(WorkerExit.BAD_JOB)
-    job_dir = Path(argv[1]).resolve()
+def _read_job(job_dir: Path) -> WorkerJob | str:
     try:
         job = WorkerJob.model_validate_json((job_dir / JOB_FILE).read_text())
     except (OSError, ValidationError) as exc:
-        sys.stderr.write(f"nsight_core.judge: bad job file: {exc}\n")
+        return f"bad job file: {exc}"
+    return job if job.request is not None else "not a request job"
+
+
+def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, WorkerJob] | None:
+    """A pre-started judge's wait: one job directory, handed over on ``listener``.
+
+    It answers ``ok`` once the job is taken, or why not (another spec, a bad file), so the
+    pool can start the job cold instead. None: the contestant ended while idle, or the job
+    was refused; this judge then exits and the pool starts a fresh one.
+    """
+    listener.settimeout(0.2)
+    while seat.proc.alive():
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            conn.settimeout(10.0)
+            try:
+                line = conn.makefile("rb").readline(4096).strip()
+                job_dir = Path(line.decode()).resolve()
+                job = _read_job(job_dir)
+                if isinstance(job, str):
+                    conn.sendall(f"no: {job}\n".encode())
+                    return None
+                if StandbySpec.of_job(job) != seat.spec:
+                    conn.sendall(b"no: the job's settings differ from this judge's\n")
+                    return None
+                conn.sendall(b"ok\n")
+            except (OSError, UnicodeDecodeError, ValueError):
+                continue
+            return job_dir, job
+    return None
+
+
+def main(argv: list[str]) -> int:
+    """``judge JOB_DIR`` (a job known at start) or ``judge --standby DIR`` (pre-started by
+    standby.py: start the contestant, then wait for a job directory on DIR's socket)."""
+    watch_parent_pipe()  # die with the pipeline's server, whatever kills it
+    standby = len(argv) == 3 and argv[1] == "--standby"
+    if len(argv) != 2 and not standby:
+        sys.stderr.write("usage: python -m nsight_core.judge JOB_DIR | --standby DIR\n")
         return int(WorkerExit.BAD_JOB)
-    if job.request is None:
-        return int(WorkerExit.BAD_JOB)
-    judge = Judge(job, job.request, job_dir)
+    home = Path(argv[-1]).resolve()
+    listener: socket.socket | None = None
+    if standby:
+        try:
+            spec = StandbySpec.model_validate_json((home / STANDBY_FILE).read_text())
+        except (OSError, ValidationError) as exc:
+            sys.stderr.write(f"nsight_core.judge: bad standby file: {exc}\n")
+            return int(WorkerExit.BAD_JOB)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(home / STANDBY_SOCKET))
+        listener.listen(1)
+    else:
+        job_or_why = _read_job(home)
+        if isinstance(job_or_why, str):
+            sys.stderr.write(f"nsight_core.judge: {job_or_why}\n")
+            return int(WorkerExit.BAD_JOB)
+        spec = StandbySpec.of_job(job_or_why)
+    seat = Seat(spec, home, prestarted=standby)
+    spawn_s = process_age_s()  # this process's start until its contestant was spawned
+    # While the contestant starts: this process's own frameworks and CUDA context.
+    preload_frameworks(PRESTART_FRAMEWORKS if standby else FRAMEWORKS)
+    init_cuda()
+    if listener is not None:
+        try:
+            seat.wait_ready(START_TIMEOUT_S)
+        except (ContestantGone, TimeoutError, ValueError) as exc:
+            sys.stderr.write(f"nsight_core.judge: the standby's contestant did not start: {exc}\n")
+            seat.close()
+            return int(WorkerExit.OK)
+        (home / READY_FILE).touch()  # the pool waits for this before any job runs
+        idle0 = time.monotonic()
+        taken = _wait_for_job(listener, seat)
+        listener.close()
+        if taken is None:
+            seat.close()
+            return int(WorkerExit.OK)
+        job_dir, job = taken
+        spawn_s = 0.0
+        idle_s = time.monotonic() - idle0
+    else:
+        assert not isinstance(job_or_why, str)
+        job_dir, job = home, job_or_why
+        idle_s = 0.0
+    assert job.request is not None
+    judge = Judge(job, job.request, job_dir, seat)
+    if standby:
+        judge.phase_seconds["standby_idle"] = round(idle_s, 4)
     try:
-        return judge.run(time.monotonic() - process_age_s())
+        return judge.run(spawn_s)
     except Exception as exc:
         with EventWriter(job_dir / EVENTS_FILE) as events:
             events.emit(failure_event("<judge>", "profile", exc))

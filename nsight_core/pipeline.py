@@ -32,6 +32,7 @@ from nsight_core.protocol import (
     JUDGE_DIR,
     NCU_LOG_FILE,
     REPORT_FILE,
+    StandbySpec,
     WorkerJob,
 )
 from nsight_core.request import ProfileRequest
@@ -39,6 +40,7 @@ from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.runs import EventTail, ProgressCallback, WorkerRun, read_events
 from nsight_core.sandbox import SandboxLimits, landlock_abi, run_sandboxed
 from nsight_core.settings import JobSettings
+from nsight_core.standby import StandbyKey, StandbyPool
 
 JUDGE_GRACE_S = 30.0
 """The judge outlives its contestant's limit by this much, to report how it ended."""
@@ -86,10 +88,13 @@ def run_profile_job(
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     gpu: str | None = None,
+    standby: StandbyPool | None = None,
 ) -> ProfileResult:
     """Check and profile `request` in a fresh judge and contestant; never raises for job failures.
 
     `gpu` (an index or UUID) becomes the job's CUDA_VISIBLE_DEVICES: the one GPU it may use.
+    With a `standby` pool the job goes to a judge pre-started for the same settings when
+    there is one, and a judge for the next such job is started when this one ends.
     """
     created = iso(utc_now())
     try:
@@ -114,7 +119,9 @@ def run_profile_job(
         cuda_ipc=os.environ.get(TRANSPORT_ENV, "ipc").strip() != "host",
     )
     settings = dataclasses.replace(JobSettings.of_request(request), gpu=gpu)
-    run = run_worker(job, job_dir, settings, on_progress=on_progress, cancel=cancel)
+    run = run_worker(
+        job, job_dir, settings, on_progress=on_progress, cancel=cancel, standby=standby
+    )
     return assemble_result(request, run, result_id=result_id, created_at=created)
 
 
@@ -125,6 +132,7 @@ def run_worker(
     *,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
+    standby: StandbyPool | None = None,
 ) -> WorkerRun:
     """Run a job's processes in the sandbox and wait for them; never raises for the child."""
     backend = get_backend(settings.backend)
@@ -143,17 +151,38 @@ def run_worker(
     tail = EventTail(job_dir / EVENTS_FILE, on_progress)
     package_root = str(Path(__file__).resolve().parents[1])
     pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(settings.gpu)}
+    key = spec = None
+    if standby is not None and job.mode == "request":
+        spec = StandbySpec.of_job(job)
+        key = StandbyKey.of(spec, env)
+    if standby is not None:
+        standby.settle()
     t0 = time.monotonic()
-    outcome = run_sandboxed(
-        argv,
-        cwd=job_dir,
-        limits=SandboxLimits(wall_s=wall),
-        env={"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(settings.gpu)},
-        cancel=cancel,
-        poll=tail.poll,
-        output_dir=output_dir,
-    )
+    outcome = None
+    pre = standby.take(key) if standby is not None and key is not None else None
+    if pre is not None:
+        why_not = pre.hand(job_dir, wall, tail.poll)
+        if why_not is None:
+            assert standby is not None
+            standby.taken += 1
+            outcome = pre.wait(cancel)
+            pre.collect(job_dir)
+        else:
+            pre.retire()
+    if outcome is None:
+        outcome = run_sandboxed(
+            argv,
+            cwd=job_dir,
+            limits=SandboxLimits(wall_s=wall),
+            env=env,
+            cancel=cancel,
+            poll=tail.poll,
+            output_dir=output_dir,
+        )
     wall_s = time.monotonic() - t0
+    if standby is not None and key is not None and spec is not None:
+        standby.refill(key, spec, env)
     tail.poll()
     events = read_events(job_dir / EVENTS_FILE)
     error = outcome.to_error()

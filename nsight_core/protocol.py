@@ -23,9 +23,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass
-from nsight_core.request import ProfileRequest
+from nsight_core.request import KernelsSpec, ProfileRequest
 from nsight_core.sandbox import STDERR_FILE as STDERR_FILE
 from nsight_core.sandbox import STDOUT_FILE as STDOUT_FILE
+from nsight_core.settings import JobSettings
 
 NVTX_DOMAIN = "nspy"
 """Our own NVTX domain; ncu is run with ``--nvtx --nvtx-include regex:nspy@.+``."""
@@ -227,7 +228,16 @@ class DoneEvent(_Msg):
 # plain JSON that the judge validates with these models: it never unpickles anything the
 # contestant wrote. Array data crosses in shared slots (CUDA IPC or host shared memory).
 
-CONTESTANT_JOB_FILE = "contestant.json"
+CONTESTANT_SOCKET = "judge.sock"
+"""The judge's socket in the contestant's private directory (both get the directory)."""
+READY_LINE = b"ready"
+"""The contestant's first line: frameworks, CUDA context and timer are up; now the job."""
+READY_FILE = "ready"
+"""Made in a pre-started judge's directory once judge and contestant are both started."""
+STANDBY_FILE = "standby.json"
+"""A pre-started judge's `StandbySpec`, in the directory it is started with."""
+STANDBY_SOCKET = "handover.sock"
+"""Where a pre-started judge listens for the one job directory it will take."""
 MAX_REPLY_BYTES = 1 << 20
 """A contestant reply longer than this is a protocol violation (outputs are described, not
 sent: array data lives in slots)."""
@@ -300,12 +310,12 @@ class SlotSpec(_Msg):
 
 
 class ContestantJob(_Msg):
-    """What the contestant reads from its private directory; no seed, no run plan."""
+    """The judge's first line to the contestant, which started before there was a job: what
+    to import and how to confine itself; no seed, no run plan."""
 
     annotations: list[str]
     workdir: str
     source_file: str | None = None
-    socket_path: str
     child_timer: Literal["range", "clock", "cupti"]
     check_mutation: bool = True
     check_aliasing: bool = True
@@ -314,6 +324,45 @@ class ContestantJob(_Msg):
     directory, the slots and what Python and CUDA need; the store stays out of reach."""
     read_dirs: list[str] = Field(default_factory=list)
     write_dirs: list[str] = Field(default_factory=list)
+
+
+class StandbySpec(_Msg):
+    """What a judge must know before its job: what shapes its contestant's command line (ncu's
+    flags) and its slots. A pre-started judge takes only a job whose spec is equal."""
+
+    backend: str
+    metrics: list[str]
+    cache_control: str
+    clock_control: str
+    replay_mode: str
+    diagnose: bool
+    cuda_ipc: bool
+
+    @classmethod
+    def of_job(cls, job: WorkerJob) -> StandbySpec:
+        req = job.request
+        if req is None:
+            raise ValueError("a standby spec is made from a request job")
+        return cls(
+            backend=job.backend,
+            metrics=list(req.metrics),
+            cache_control=req.cache_control,
+            clock_control=req.clock_control,
+            replay_mode=req.kernels.replay_mode,
+            diagnose=req.diagnose,
+            cuda_ipc=job.cuda_ipc,
+        )
+
+    def settings(self) -> JobSettings:
+        """The settings the contestant's command is built from (the job's own come later)."""
+        return JobSettings(
+            backend=self.backend,
+            metrics=tuple(self.metrics),
+            cache_control=self.cache_control,
+            clock_control=self.clock_control,
+            kernels=KernelsSpec(replay_mode=self.replay_mode),
+            diagnose=self.diagnose,
+        )
 
 
 class CallMsg(_Msg):

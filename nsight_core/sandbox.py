@@ -31,7 +31,9 @@ Contract of `run_sandboxed`:
 - Core dumps are off (``RLIMIT_CORE=0``) and written files are capped (``RLIMIT_FSIZE``).
   The address space is not limited: CUDA reserves far more virtual memory than it uses.
 - Wall clock: SIGTERM to the group at ``limits.wall_s``, SIGKILL ``limits.kill_grace_s``
-  later (or as soon as the leader is gone), so a job ends within limit + grace.
+  later (or as soon as the leader is gone), so a job ends within limit + grace. A
+  `Deadline` passed instead can be re-armed while the process runs (a pre-started judge
+  waits under an idle limit, then gets its job's limit from the moment it is handed one).
   ``cancel`` is checked every ``limits.poll_interval_s``; when set the group gets SIGKILL
   at once. ``poll`` is called at the same pace so the caller can tail progress files.
 - When `run_sandboxed` returns, the whole group has been sent SIGKILL and the leader reaped,
@@ -180,6 +182,33 @@ class SandboxLimits:
             raise ValueError("SandboxLimits: byte caps must be non-negative")
         if self.memory_bytes is not None and self.memory_bytes < 0:
             raise ValueError("SandboxLimits: memory_bytes must be None, 0 or positive")
+
+
+class Deadline:
+    """A wall-clock limit that can be re-armed while its process runs.
+
+    A process started before it has work (standby.py) must not be timed from its start:
+    it waits under an idle limit, and the work's own limit counts from the handover.
+    Re-arming is one assignment of a tuple, read whole by the supervising thread.
+    """
+
+    def __init__(self, limit_s: float) -> None:
+        self._state = (0.0, 0.0)
+        self.arm(limit_s)
+
+    def arm(self, limit_s: float) -> None:
+        """The process may run ``limit_s`` more seconds from now."""
+        if limit_s <= 0:
+            raise ValueError("Deadline: limit_s must be > 0")
+        self._state = (time.monotonic() + limit_s, limit_s)
+
+    @property
+    def at(self) -> float:
+        return self._state[0]
+
+    @property
+    def limit_s(self) -> float:
+        return self._state[1]
 
 
 @dataclass(frozen=True)
@@ -900,12 +929,15 @@ def _supervise(
     poll: Callable[[], None] | None,
     start: float,
     end: _End,
+    rearmable: Deadline | None = None,
 ) -> _End:
     """Pump output until the leader exits, a limit passes, or cancel is set."""
     deadline = start + limits.wall_s
     term_at: float | None = None
     next_poll = start + limits.poll_interval_s
     while True:
+        if rearmable is not None:
+            deadline = rearmable.at
         now = time.monotonic()
         wake = min(next_poll, deadline if term_at is None else term_at + limits.kill_grace_s)
         pipes.pump(max(0.0, min(limits.poll_interval_s, wake - now)))
@@ -960,6 +992,7 @@ def run_sandboxed(
     exit_classes: Mapping[int, ErrorClass | None] | None = None,
     pass_fds: Sequence[int] = (),
     fs_access: FsAccess | None = None,
+    deadline: Deadline | None = None,
 ) -> SandboxOutcome:
     """Run ``argv`` to its end under the contract of this module; never raises for the child.
 
@@ -968,6 +1001,7 @@ def run_sandboxed(
     are descriptors the child inherits (all others are closed), e.g. a pipe's write end.
     ``fs_access`` (opt-in) confines the child with Landlock to those paths plus its private
     directory (written) and ``cwd`` (read); where Landlock is missing the job does not start.
+    ``deadline``, when given, replaces ``limits.wall_s`` and may be re-armed meanwhile.
     """
     argv = [str(a) for a in argv]
     table: Mapping[int, ErrorClass | None] = (
@@ -1018,7 +1052,7 @@ def run_sandboxed(
             os.close(watch_r)
             if landlock_fd >= 0:
                 os.close(landlock_fd)
-        captures = _run_started(proc, limits, cancel, poll, start, end, token)
+        captures = _run_started(proc, limits, cancel, poll, start, end, token, deadline)
         wall = time.monotonic() - start
     finally:
         os.close(watch_w)
@@ -1035,7 +1069,7 @@ def run_sandboxed(
         signal_name=signame,
         timed_out=end.timed_out,
         cancelled=end.cancelled,
-        wall_limit_s=limits.wall_s,
+        wall_limit_s=deadline.limit_s if deadline is not None else limits.wall_s,
         stdout=captures["stdout"],
         stderr=captures["stderr"],
         exit_classes=table,
@@ -1107,10 +1141,11 @@ def _run_started(
     start: float,
     end: _End,
     token: str,
+    deadline: Deadline | None = None,
 ) -> dict[str, StreamCapture]:
     pipes = _Pipes(proc, limits)
     try:
-        _supervise(proc, pipes, limits, cancel, poll, start, end)
+        _supervise(proc, pipes, limits, cancel, poll, start, end, deadline)
     finally:
         # Whatever happened (also an exception from poll), no process of the job survives:
         # the group, and every descendant or carrier of the job id outside it.

@@ -59,6 +59,7 @@ from nsight_core.results import (
     utc_now,
 )
 from nsight_core.runs import ProgressCallback
+from nsight_core.standby import StandbyPool
 
 SCREEN_DIR = "screen"
 """The screen stage's job directory inside the result's; the profile stage uses the result's
@@ -296,11 +297,18 @@ def run_job(
     cancel: threading.Event | None = None,
     gpu: str | None = None,
     final_backend: str | None = None,
+    standby: StandbyPool | None = None,
 ) -> ProfileResult:
     """One request, staged or not: what the job queue and cluster workers call."""
     if request.stages is None:
         return run_profile_job(
-            request, job_dir, result_id=result_id, on_progress=on_progress, cancel=cancel, gpu=gpu
+            request,
+            job_dir,
+            result_id=result_id,
+            on_progress=on_progress,
+            cancel=cancel,
+            gpu=gpu,
+            standby=standby,
         )
     return run_staged(
         request,
@@ -311,6 +319,7 @@ def run_job(
         cancel=cancel,
         gpu=gpu,
         final_backend=final_backend,
+        standby=standby,
     )
 
 
@@ -347,6 +356,7 @@ def run_staged(
     gpu: str | None = None,
     final_backend: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    standby: StandbyPool | None = None,
 ) -> ProfileResult:
     """Screen every candidate, then profile the best `top_k`; never raises for job failures.
 
@@ -387,6 +397,7 @@ def run_staged(
         on_progress=on_progress,
         cancel=cancel,
         gpu=gpu,
+        standby=standby,
     )
     screen_wall = clock() - t_screen
     screen = _tagged(screen, "screen")
@@ -433,6 +444,7 @@ def run_staged(
             on_progress=on_progress,
             cancel=cancel,
             gpu=gpu,
+            standby=standby,
         )
         final_result = _tagged(final_result, "profile")
         status = _stage_status(final_result, budget.bound(limit))

@@ -60,6 +60,7 @@ from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.stages import StageUpdate, preflight_request, run_job
+from nsight_core.standby import StandbyPool, standby_enabled
 from nsight_core.store import TERMINAL, ResultStore
 from nspy_mcp.progress import ProgressTracker, ProgressUpdate
 
@@ -430,6 +431,27 @@ class LocalExecutor:
         self.final_backend = final_backend
         """Backend of a staged request's profile stage instead of the request's (ncu): for
         tests on hosts without ncu."""
+        self._pools: dict[str, StandbyPool] = {}
+        self._pools_lock = threading.Lock()
+        self._closed = False
+
+    def standby(self, slot: GpuSlot) -> StandbyPool | None:
+        """The slot's pool of pre-started judges (nsight_core/standby.py); None when they are
+        turned off (NSPY_MCP_STANDBY=0) or the server is shutting down."""
+        if not standby_enabled():
+            return None
+        with self._pools_lock:
+            if self._closed:
+                return None
+            return self._pools.setdefault(slot.key, StandbyPool())
+
+    def close(self) -> None:
+        """Retire every pre-started judge; no new one starts after this."""
+        with self._pools_lock:
+            self._closed = True
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.close()
 
     async def check(self, request: ProfileRequest) -> GpuSlot | None:
         await anyio.to_thread.run_sync(
@@ -464,6 +486,7 @@ class LocalExecutor:
                     cancel=job.cancel,
                     gpu=slot.visible,
                     final_backend=self.final_backend,
+                    standby=self.standby(slot),
                 )
             finally:
                 job.thread_exited.set()

@@ -429,6 +429,7 @@ def build_server(
                 yield AppState(store=result_store, jobs=jobs)
             finally:
                 jobs.shutdown()
+                await anyio.to_thread.run_sync(local.close)
 
     server: MCPServer[AppState] = _Server(
         "nspy-mcp",

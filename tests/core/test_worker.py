@@ -10,9 +10,10 @@ import pytest
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.judge import Judge
 from nsight_core.pipeline import run_profile_job
-from nsight_core.protocol import SampleEvent, WorkerJob
+from nsight_core.protocol import SampleEvent, StandbySpec, WorkerJob
 from nsight_core.request import ProfileRequest
 from nsight_core.runs import read_events
+from nsight_core.seat import Seat
 from nsight_core.settings import JobSettings
 
 SOURCE = """
@@ -100,7 +101,7 @@ def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates
         workdir=str(tmp_path),
         source_file=str(job_dir / "src.py"),
     )
-    assert Judge(job, request, job_dir).run() == 0
+    assert Judge(job, request, job_dir, Seat(StandbySpec.of_job(job), job_dir)).run() == 0
     events = read_events(job_dir / "events.jsonl")
     keys = sorted((r.annotation, r.run) for r in events.ranges)
     assert keys == [(a, r) for a in ("ref", "same") for r in range(3)]

@@ -17,7 +17,10 @@ line continues the one above):
 - ``Check atol:`` and ``Config:`` (``rows=8, cols=4096, scale=0.5``) for a job of its own
   with that tolerance and config.
 
-`run_catalogue` is shared with tests/gpu, which runs the same files on CUDA tensors.
+`run_catalogue` is shared with tests/gpu, which runs the same files on CUDA tensors. Its
+jobs go through one standby pool, as a server's do: after the first, each job is handed to
+a judge and contestant started before it (standby.py), so every verdict here holds for
+pre-started processes too.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from nsight_core.collectors.events import EVENTS_KERNEL
 from nsight_core.pipeline import run_profile_job
 from nsight_core.request import CheckSpec, KernelsSpec, ProfileRequest
 from nsight_core.results import ProfileResult
+from nsight_core.standby import StandbyPool
 
 HERE = Path(__file__).resolve().parent
 _KEY = re.compile(
@@ -113,6 +117,7 @@ def profile(
     backend: str = "events",
     config: dict[str, Any] | None = None,
     atol: float | None = None,
+    standby: StandbyPool | None = None,
 ) -> ProfileResult:
     request = ProfileRequest(
         reference="_reference.py:softmax",
@@ -129,7 +134,7 @@ def profile(
         time_limit_s=300,
     )
     t0 = time.monotonic()
-    result = run_profile_job(request, job_dir, result_id=job_dir.name)
+    result = run_profile_job(request, job_dir, result_id=job_dir.name, standby=standby)
     # Streamed as each job ends, so a GPU run that is cut short still says where it was.
     sys.stdout.write(
         f"[{backend} {job_dir.name}] {time.monotonic() - t0:.1f} s {result.status}: "
@@ -145,15 +150,31 @@ def run_catalogue(
     """Candidate spec -> the result of the job it ran in (one shared job, and the loners)."""
     extra = {} if device == "cpu" else {"device": device}
     shared = [h.spec for h in HEADERS if "Runs alone" not in h.fields]
-    result = profile(
-        shared, tmp("shared"), backend=backend, config={"rows": 32, "cols": 64, **extra}
-    )
-    out = dict.fromkeys(shared, result)
-    for h in HEADERS:
-        if "Runs alone" in h.fields:
-            out[h.spec] = profile(
-                [h.spec], tmp(h.name), backend=backend, config={**h.config, **extra}, atol=h.atol
-            )
+    pool = StandbyPool()
+    try:
+        result = profile(
+            shared,
+            tmp("shared"),
+            backend=backend,
+            config={"rows": 32, "cols": 64, **extra},
+            standby=pool,
+        )
+        out = dict.fromkeys(shared, result)
+        for h in HEADERS:
+            if "Runs alone" in h.fields:
+                out[h.spec] = profile(
+                    [h.spec],
+                    tmp(h.name),
+                    backend=backend,
+                    config={**h.config, **extra},
+                    atol=h.atol,
+                    standby=pool,
+                )
+    finally:
+        pool.close()
+    jobs = 1 + sum("Runs alone" in h.fields for h in HEADERS)
+    sys.stdout.write(f"[{backend}] {pool.taken} of {jobs} jobs went to pre-started judges\n")
+    assert pool.taken > 0, "no job of the catalogue went to a pre-started judge"
     return out
 
 

@@ -1,0 +1,242 @@
+"""Pre-started judges: the next job's processes are up before its request arrives.
+
+A job's fixed cost is its processes' start (python, torch, the CUDA context; under ncu
+also ncu's own start): about 2.5 s of a 5 s ncu job on the H200, paid again by every request.
+After a request job ends, the pool starts one judge with ``--standby``: it starts its
+contestant (wrapped by the backend exactly as the finished job's was) and both import
+their frameworks and create their CUDA contexts, then wait. The next job with the same
+`StandbySpec` and environment is handed to it over a socket; any other retires it.
+
+Nothing of a job exists in a standby before the handover: no seed, no request, no
+candidate code; the judge draws its seed and the contestant imports the reference (and
+only later the candidates) after it, as in a cold start. A pool keeps one standby per
+recent setting, two at most (a staged request uses two): each holds a CUDA context (GPU
+memory) while it waits, and is retired after `NSPY_MCP_STANDBY_IDLE_S` (default 600 s), when
+a newer setting displaces it, or when the pool closes. A job starts only once every standby
+of its pool has finished starting, so no start-up overlaps a measurement.
+``NSPY_MCP_STANDBY=0`` turns the pool off (every job starts cold).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from nsight_core.protocol import (
+    JUDGE_DIR,
+    READY_FILE,
+    STANDBY_FILE,
+    STANDBY_SOCKET,
+    StandbySpec,
+)
+from nsight_core.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_sandboxed
+
+STANDBY_ENV = "NSPY_MCP_STANDBY"
+"""'0' turns pre-started judges off; anything else (or unset) leaves them on."""
+IDLE_ENV = "NSPY_MCP_STANDBY_IDLE_S"
+"""Seconds a standby may wait for a job before it is retired (default `DEFAULT_IDLE_S`)."""
+DEFAULT_IDLE_S = 600.0
+HANDOVER_TIMEOUT_S = 120.0
+"""How long a handover may wait for the judge to take the job (it may still be starting)."""
+_MARGIN_S = 15.0
+"""A standby this close to its idle limit is retired rather than handed a job."""
+
+
+@dataclass(frozen=True)
+class StandbyKey:
+    """What must be equal for a job to use a standby: the spec and the environment."""
+
+    spec: str
+    env: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, spec: StandbySpec, env: Mapping[str, str]) -> StandbyKey:
+        return cls(spec.model_dump_json(), tuple(sorted(env.items())))
+
+
+def standby_enabled() -> bool:
+    return os.environ.get(STANDBY_ENV, "").strip() != "0"
+
+
+def idle_limit_s() -> float:
+    try:
+        value = float(os.environ.get(IDLE_ENV, "") or DEFAULT_IDLE_S)
+    except ValueError:
+        return DEFAULT_IDLE_S
+    return value if value > 2 * _MARGIN_S else DEFAULT_IDLE_S
+
+
+class Standby:
+    """One pre-started judge (and, through it, its contestant), run by sandbox.py."""
+
+    def __init__(
+        self, key: StandbyKey, spec: StandbySpec, env: Mapping[str, str], idle_s: float
+    ) -> None:
+        self.key = key
+        self.idle_s = idle_s
+        self.home = Path(tempfile.mkdtemp(prefix="nspy-standby-"))
+        (self.home / STANDBY_FILE).write_text(spec.model_dump_json())
+        self.deadline = Deadline(idle_s)
+        self.cancel = threading.Event()
+        self.outcome: SandboxOutcome | None = None
+        self.started = time.monotonic()
+        self._poll: Callable[[], None] | None = None
+        argv = [sys.executable, "-P", "-m", "nsight_core.judge", "--standby", str(self.home)]
+        self._thread = threading.Thread(target=self._run, args=(argv, dict(env)), daemon=True)
+        self._thread.start()
+
+    def _run(self, argv: list[str], env: dict[str, str]) -> None:
+        self.outcome = run_sandboxed(
+            argv,
+            cwd=self.home,
+            limits=SandboxLimits(wall_s=self.idle_s),
+            deadline=self.deadline,
+            env=env,
+            cancel=self.cancel,
+            poll=self._on_poll,
+            output_dir=self.home / JUDGE_DIR,
+        )
+
+    def _on_poll(self) -> None:
+        if self._poll is not None:
+            self._poll()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def ready(self) -> bool:
+        """Judge and contestant have started (the judge made its ready file)."""
+        return (self.home / READY_FILE).exists()
+
+    def fresh(self) -> bool:
+        return self.alive() and time.monotonic() - self.started < self.idle_s - _MARGIN_S
+
+    def hand(self, job_dir: Path, wall_s: float, poll: Callable[[], None] | None) -> str | None:
+        """Give the judge ``job_dir`` (its job.json written); None when it took it, else why
+        not (the caller then starts the job cold)."""
+        self.deadline.arm(wall_s)
+        self._poll = poll
+        end = time.monotonic() + HANDOVER_TIMEOUT_S
+        path = str(self.home / STANDBY_SOCKET)
+        while self.alive() and time.monotonic() < end:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.settimeout(0.5)
+                    sock.connect(path)
+                    sock.sendall(str(job_dir).encode() + b"\n")
+                    answer = _read_answer(sock, self.alive, end)
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.02)  # the judge has not bound its socket yet
+                continue
+            except OSError as exc:
+                return f"handover failed: {exc}"
+            return None if answer == "ok" else answer or "the standby judge ended"
+        return "the standby judge ended before it took the job"
+
+    def wait(self, cancel: threading.Event | None) -> SandboxOutcome:
+        """The judge's outcome; setting ``cancel`` kills it and its contestant."""
+        while self._thread.is_alive():
+            if cancel is not None and cancel.is_set():
+                self.cancel.set()
+            self._thread.join(0.1)
+        assert self.outcome is not None
+        return self.outcome
+
+    def collect(self, job_dir: Path) -> None:
+        """Move the judge's own output into the job's directory and remove the home."""
+        src = self.home / JUDGE_DIR
+        if src.is_dir():
+            (job_dir / JUDGE_DIR).mkdir(parents=True, exist_ok=True)
+            for f in src.iterdir():
+                shutil.move(str(f), str(job_dir / JUDGE_DIR / f.name))
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def retire(self) -> None:
+        self.cancel.set()
+        self._thread.join()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _read_answer(sock: socket.socket, alive: Callable[[], bool], end: float) -> str:
+    buf = b""
+    while b"\n" not in buf and time.monotonic() < end:
+        try:
+            chunk = sock.recv(4096)
+        except TimeoutError:
+            if not alive():
+                break
+            continue
+        if not chunk:
+            break
+        buf += chunk
+    return buf.partition(b"\n")[0].decode("utf-8", "replace").strip()
+
+
+class StandbyPool:
+    """Pre-started judges, one per recent `StandbyKey` (at most `capacity`, the oldest
+    retired first): a staged request alternates two settings (screen, profile)."""
+
+    def __init__(self, idle_s: float | None = None, capacity: int = 2) -> None:
+        self.idle_s = idle_s if idle_s is not None else idle_limit_s()
+        self.capacity = max(1, capacity)
+        self._lock = threading.Lock()
+        self._spares: dict[StandbyKey, Standby] = {}
+        self._closed = False
+        self.taken = 0
+        """Jobs handed to a standby so far (the tests and benchmarks read it)."""
+
+    @property
+    def spare(self) -> Standby | None:
+        """The most recent standby waiting now, if any (it may still be starting)."""
+        with self._lock:
+            return next(reversed(self._spares.values()), None)
+
+    def take(self, key: StandbyKey) -> Standby | None:
+        """The standby for ``key``, removed from the pool; None when there is no fresh one."""
+        with self._lock:
+            spare = self._spares.pop(key, None)
+        if spare is None:
+            return None
+        if spare.fresh():
+            return spare
+        spare.retire()
+        return None
+
+    def settle(self, timeout_s: float = HANDOVER_TIMEOUT_S) -> None:
+        """Wait until no standby is still starting: its imports and CUDA context creation
+        must not overlap a job's measurements on the same GPU."""
+        end = time.monotonic() + timeout_s
+        with self._lock:
+            spares = list(self._spares.values())
+        for spare in spares:
+            while spare.alive() and not spare.ready() and time.monotonic() < end:
+                time.sleep(0.02)
+
+    def refill(self, key: StandbyKey, spec: StandbySpec, env: Mapping[str, str]) -> None:
+        """Start the standby for the next job like this one (retiring the oldest others)."""
+        with self._lock:
+            if self._closed:
+                return
+            old = [self._spares.pop(key)] if key in self._spares else []
+            while len(self._spares) >= self.capacity:
+                old.append(self._spares.pop(next(iter(self._spares))))
+            self._spares[key] = Standby(key, spec, env, self.idle_s)
+        for sb in old:
+            sb.retire()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spares, self._spares = list(self._spares.values()), {}
+        for spare in spares:
+            with contextlib.suppress(Exception):
+                spare.retire()

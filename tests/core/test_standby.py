@@ -1,0 +1,163 @@
+"""Pre-started judges (standby.py) with real processes: a job handed over gets the same
+verdicts and numbers as a cold one, other settings start cold, a dead standby is replaced."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nsight_core.pipeline import run_profile_job
+from nsight_core.request import ProfileRequest
+from nsight_core.results import ProfileResult
+from nsight_core.sandbox import Deadline, SandboxLimits, run_sandboxed
+from nsight_core.standby import StandbyPool
+
+SOURCE = """
+import os
+
+def make_inputs(n):
+    return ([float(i) for i in range(n)],)
+
+def ref(xs):
+    return [2.0 * x for x in xs]
+
+def good(xs):
+    return [x + x for x in xs]
+
+def wrong(xs):
+    return [0.0 for x in xs]
+
+"""
+
+
+def request(**kw: object) -> ProfileRequest:
+    base: dict[str, object] = {
+        "reference": "ref",
+        "candidates": ["good", "wrong"],
+        "inputs": "make_inputs",
+        "source": SOURCE,
+        "configs": [{"n": 64}],
+        "runs": 3,
+        "backend": "events",
+    }
+    return ProfileRequest.model_validate({**base, **kw})
+
+
+def verdicts(result: ProfileResult) -> list[tuple[str, bool]]:
+    return [(c.Annotation, c.Passed) for c in result.correctness]
+
+
+def phases(result: ProfileResult) -> dict[str, float]:
+    assert result.provenance is not None, result.message
+    return result.provenance.phase_seconds
+
+
+@pytest.fixture
+def pool() -> Iterator[StandbyPool]:
+    p = StandbyPool()
+    yield p
+    p.close()
+
+
+def test_the_next_job_is_handed_to_a_pre_started_judge_and_judged_the_same(
+    tmp_path: Path, pool: StandbyPool
+) -> None:
+    cold = run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
+    assert pool.taken == 0 and cold.status == "done", cold.message
+    time.sleep(1.0)  # an agent reads its answer; the standby starts meanwhile
+    warm = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
+    assert pool.taken == 1 and warm.status == "done", warm.message
+    assert verdicts(warm) == verdicts(cold) == [("good", True), ("wrong", False)]
+    took = phases(warm)
+    assert took["spawn"] == 0.0 and took["standby_idle"] > 0.0, took
+    assert "standby_idle" not in phases(cold)
+    # Its files are the job's, as a cold job's are; nothing is left of the standby's home.
+    for name in ("events", "stdout", "stderr", "judge_stderr"):
+        assert Path(warm.artifacts[name]).is_file(), (name, warm.artifacts)
+        assert str(tmp_path / "b") in warm.artifacts[name]
+    rows = {r.Annotation: r for r in warm.rows}
+    assert rows["good"].NumRuns == 3 and rows["ref"].NumRuns == 3 and "wrong" not in rows
+
+
+def test_a_job_with_other_settings_retires_the_standby_and_starts_cold(
+    tmp_path: Path, pool: StandbyPool
+) -> None:
+    run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
+    other = run_profile_job(
+        request(cache_control="none"), tmp_path / "b", result_id="b", standby=pool
+    )
+    assert pool.taken == 0 and other.status == "done", other.message
+    assert "standby_idle" not in phases(other)
+    # ... and the standby left for the next job is one for the settings just used.
+    again = run_profile_job(
+        request(cache_control="none"), tmp_path / "c", result_id="c", standby=pool
+    )
+    assert pool.taken == 1 and verdicts(again) == verdicts(other)
+
+
+def test_a_standby_that_died_while_idle_is_replaced_by_a_cold_start(
+    tmp_path: Path, pool: StandbyPool
+) -> None:
+    run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
+    spare = pool.spare
+    assert spare is not None
+    spare.cancel.set()  # killed while it waited: its judge and contestant are gone
+    while spare.alive():
+        time.sleep(0.05)
+    result = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
+    assert pool.taken == 0 and result.status == "done", result.message
+    assert verdicts(result) == [("good", True), ("wrong", False)]
+
+
+def test_a_job_handed_over_can_be_cancelled(tmp_path: Path, pool: StandbyPool) -> None:
+    run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
+    slow = SOURCE + "\ndef slow(xs):\n    import time\n    time.sleep(60)\n    return xs\n"
+    cancel = threading.Event()
+    threading.Timer(3.0, cancel.set).start()
+    t0 = time.monotonic()
+    result = run_profile_job(
+        request(source=slow, candidates=["slow"]),
+        tmp_path / "b",
+        result_id="b",
+        standby=pool,
+        cancel=cancel,
+    )
+    assert pool.taken == 1
+    assert time.monotonic() - t0 < 30.0
+    assert result.error is not None and result.error.ErrorClass == "cancelled", result.message
+
+
+def test_a_pool_closed_leaves_no_standby(tmp_path: Path) -> None:
+    pool = StandbyPool()
+    run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
+    spare = pool.spare
+    assert spare is not None and spare.alive()
+    pool.close()
+    assert not spare.alive() and not spare.home.exists()
+    run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
+    assert pool.spare is None and pool.taken == 0
+
+
+def test_a_deadline_re_armed_while_the_process_runs_replaces_the_first_limit(
+    tmp_path: Path,
+) -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    deadline = Deadline(600.0)
+    threading.Timer(0.3, deadline.arm, args=(0.5,)).start()
+    t0 = time.monotonic()
+    out = run_sandboxed(
+        sleeper, cwd=tmp_path, limits=SandboxLimits(wall_s=600.0), deadline=deadline
+    )
+    assert out.timed_out and out.error_class == "timeout"
+    assert "0.5 s limit" in out.message and time.monotonic() - t0 < 10.0
+    # Re-armed later, a short first limit no longer applies.
+    deadline = Deadline(0.5)
+    threading.Timer(0.1, deadline.arm, args=(30.0,)).start()
+    quick = [sys.executable, "-c", "import time; time.sleep(1.5)"]
+    out = run_sandboxed(quick, cwd=tmp_path, limits=SandboxLimits(wall_s=0.5), deadline=deadline)
+    assert not out.timed_out and out.error_class is None
