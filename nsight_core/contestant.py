@@ -301,6 +301,7 @@ class Contestant:
         phase: Phase = "profile" if run is not None else "warmup"
         ns: float | None = None
         kernels: list[KernelTiming] = []
+        outside: list[str] = []
         try:
             if run is None:
                 out = fn(*args, **kwargs)
@@ -312,6 +313,7 @@ class Contestant:
                     KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
                     for k in spans
                 ]
+                outside = self._cupti.outside[:8]
             elif self.job.child_timer == "clock":
                 out, ns = self._time_call(self.device, lambda: fn(*args, **kwargs))
             else:
@@ -347,6 +349,7 @@ class Contestant:
             ns=ns,
             kernels=kernels,
             reasons=reasons,
+            outside=outside,
             integrity=changes,
             device=self.device.name if self.device else None,
             host_s={

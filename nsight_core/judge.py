@@ -167,7 +167,7 @@ class Judge:
     # -- start -----------------------------------------------------------------------------
     def send_job(self) -> None:
         """Arm the job's time limit and tell the waiting contestant what to import."""
-        self.seat.deadline.arm(max(self.req.time_limit_s, 1.0))
+        self.seat.arm(max(self.req.time_limit_s, 1.0))
         source = None
         if self.job.source_file:
             source = self._private / "inline_source.py"
@@ -311,6 +311,15 @@ class Judge:
             self.device = reply.device
         for what in reply.integrity:
             self._suspect(None, f"candidate code rebound {what} (seen after {ann!r})", what)
+        if reply.outside:
+            self._suspect(
+                ann,
+                "another thread launched kernels between timed calls "
+                f"({', '.join(reply.outside[:3])}): work outside any call's range, a thread or "
+                "stream left running, which also lands in calls' windows; its in-process "
+                "times are not this candidate's alone",
+                "",
+            )
         if not reply.ok or reply.output is None:
             return reply, None
         t1 = time.perf_counter()

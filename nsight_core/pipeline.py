@@ -39,6 +39,7 @@ from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.runs import EventTail, ProgressCallback, WorkerRun, read_events
 from nsight_core.sandbox import SandboxLimits, landlock_abi, run_sandboxed
+from nsight_core.seat import CONTESTANT_ENV_PREFIX
 from nsight_core.settings import JobSettings
 from nsight_core.standby import StandbyKey, StandbyPool
 
@@ -227,13 +228,18 @@ def jit_cache_env() -> dict[str, str]:
     """Persistent JIT caches for jobs, whose HOME is a fresh private directory.
 
     Without them every job would recompile its Triton kernels and re-JIT its PTX (seconds
-    per job); the caches hold compiler output only, keyed by source and options, so
-    sharing them between jobs cannot change a result. A caller's own settings win.
+    per job). Contestants share one set (a caller's own settings win); the judge, which
+    computes every expected output, gets caches of its own that no contestant can write,
+    so a candidate that plants a compiled kernel under the reference's cache key cannot
+    change an expected output in a later job (docs/correctness.md).
     """
     base = Path(user_cache_dir("nspy-mcp"))
     env = {}
     for var, sub in (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "cuda")):
-        env[var] = os.environ.get(var) or str(base / sub)
+        shared = os.environ.get(var) or str(base / sub)
+        env[CONTESTANT_ENV_PREFIX + var] = shared
+        env[var] = str(base / "judge" / sub)
         # Made now: a confined contestant may write beneath them but create nothing above.
-        Path(env[var]).mkdir(parents=True, exist_ok=True)
+        for d in (shared, env[var]):
+            Path(d).mkdir(parents=True, exist_ok=True)
     return env

@@ -428,6 +428,8 @@ class ReplyMsg(_Msg):
     failure: FailureEvent | None = None
     reasons: list[str] = Field(default_factory=list)
     """Structural findings of the contestant's harness (mutated or aliased inputs)."""
+    outside: list[str] = Field(default_factory=list)
+    """cupti timer: kernels another thread launched since the previous timed call."""
     integrity: list[str] = Field(default_factory=list)
     """Harness functions or framework attributes found changed since start-up."""
     device: str | None = None

@@ -14,6 +14,7 @@ seat's ``out_dir``; `Seat.move_artifacts` puts them into the job's directory at 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import sys
@@ -36,6 +37,9 @@ from nsight_core.protocol import (
 )
 from nsight_core.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_sandboxed
 from nsight_core.settings import JobSettings
+
+CONTESTANT_ENV_PREFIX = "NSPY_CONTESTANT_"
+"""Variables the judge gets for its contestant (pipeline.jit_cache_env), prefix removed."""
 
 IDLE_LIMIT_S = 24 * 3600.0
 """The contestant's limit before its job: its judge's own limit (set by whoever started the
@@ -114,6 +118,7 @@ class ContestantProcess:
             cwd=cwd,
             limits=SandboxLimits(wall_s=deadline.limit_s),
             deadline=deadline,
+            env=contestant_env(),
             cancel=self.cancel,
             output_dir=output_dir,
         )
@@ -127,6 +132,13 @@ class ContestantProcess:
             self.cancel.set()
             self._thread.join()
         return self.outcome
+
+
+def contestant_env() -> dict[str, str]:
+    """The contestant's own settings the pipeline handed the judge (``NSPY_CONTESTANT_X``
+    becomes ``X``): its JIT caches, which are not the judge's."""
+    n = len(CONTESTANT_ENV_PREFIX)
+    return {k[n:]: v for k, v in os.environ.items() if k.startswith(CONTESTANT_ENV_PREFIX)}
 
 
 class Seat:
@@ -149,7 +161,15 @@ class Seat:
         self.wrapped: Wrapped = self.backend.wrap(argv, self.settings, out_dir)
         self.proc = ContestantProcess(self.wrapped.argv, self.private, out_dir, self.deadline)
         self.started = time.monotonic()
+        self.prestarted = prestarted
         self.ready = False
+
+    def arm(self, limit_s: float) -> None:
+        """The job's time limit for the contestant: from its spawn for a job known at start
+        (its start-up counts, as it always did), from now for a pre-started one (its
+        start-up happened before the job existed)."""
+        spent = 0.0 if self.prestarted else time.monotonic() - self.started
+        self.deadline.arm(max(limit_s - spent, 0.001))
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the contestant says it has started (raises ContestantGone or TimeoutError)."""

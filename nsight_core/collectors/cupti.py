@@ -92,6 +92,8 @@ class ApiActivity:
     start: int
     end: int
     correlation_id: int
+    thread: int = 0
+    """The launching host thread (CUPTI's threadId; 0 when the record has none)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,28 @@ def kernels_in_window(
         if k.correlation_id in inside or (k.correlation_id not in known and t0 <= k.start <= t1)
     ]
     return sorted(kept, key=lambda k: (k.start, k.end, k.correlation_id))
+
+
+def harness_thread(apis: Sequence[ApiActivity], t0: int) -> int | None:
+    """The thread of the last API call that started before ``t0``: the harness's device
+    synchronisation just before a call's window, on the thread that calls candidates."""
+    before = [a for a in apis if a.start < t0 and a.thread]
+    return max(before, key=lambda a: a.start).thread if before else None
+
+
+def launched_elsewhere(
+    kernels: Sequence[KernelActivity], apis: Sequence[ApiActivity], harness: int | None
+) -> list[KernelActivity]:
+    """Kernels whose launch ran on a thread other than the harness's.
+
+    Between two timed calls only the harness runs on its thread (output copies, checks); a
+    kernel launched there by another thread is work outside any call's range: a thread or
+    stream a candidate left running, whose kernels can also land in later calls' windows.
+    """
+    if harness is None:
+        return []
+    thread_of = {a.correlation_id: a.thread for a in apis if a.thread}
+    return [k for k in kernels if thread_of.get(k.correlation_id, harness) != harness]
 
 
 def incomplete(kernels: Sequence[KernelActivity]) -> list[KernelActivity]:
@@ -373,6 +397,10 @@ class CuptiTimer:
     _errors: list[str] = field(default_factory=list, repr=False)
     _kernel_kinds: frozenset[int] = frozenset()
     _api_kinds: frozenset[int] = frozenset()
+    _harness_thread: int | None = None
+    outside: list[str] = field(default_factory=list)
+    """After `time_call`: names of kernels another thread launched since the previous timed
+    call ended (`launched_elsewhere`); empty when there were none."""
 
     def start(self) -> None:
         """Import cupti and enable kernel and launch-API activity for the whole process.
@@ -424,7 +452,10 @@ class CuptiTimer:
                         )
                     )
                 elif kind in self._api_kinds:
-                    self._apis.append(ApiActivity(int(a.start), int(a.end), int(a.correlation_id)))
+                    thread = int(getattr(a, "thread_id", 0) or 0)
+                    self._apis.append(
+                        ApiActivity(int(a.start), int(a.end), int(a.correlation_id), thread)
+                    )
         except Exception as exc:
             self._errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -445,8 +476,14 @@ class CuptiTimer:
                 "report this: the contestant must call CuptiTimer.start() first",
             )
         sync_all()
-        cupti.activity_flush_all(FLUSH_FORCED)  # drop what the harness did since last call
-        self._take()
+        cupti.activity_flush_all(FLUSH_FORCED)  # what ran since the last call: not timed,
+        between_k, between_a = self._take()  # but another thread's launches are reported
+        self.outside = sorted(
+            {
+                kernel_name(k.name)
+                for k in launched_elsewhere(between_k, between_a, self._harness_thread)
+            }
+        )
         device.flush_l2()
         sync_all()  # the flush kernel ends before the window opens
         t0 = int(cupti.get_timestamp())
@@ -462,6 +499,7 @@ class CuptiTimer:
                 f"reading CUPTI activity records failed: {'; '.join(errors[:3])}",
                 "check that cupti-python fits the driver (check_environment)",
             )
+        self._harness_thread = harness_thread(apis, t0)
         mine = kernels_in_window(kernels, apis, t0, t1)
         bad = incomplete(mine)
         if bad:

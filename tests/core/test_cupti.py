@@ -29,9 +29,11 @@ from nsight_core.collectors.cupti import (
     KernelSpan,
     base_name,
     call_samples,
+    harness_thread,
     incomplete,
     kernel_name,
     kernels_in_window,
+    launched_elsewhere,
     union_ns,
 )
 from nsight_core.errors import ErrorClass, NsightCoreError
@@ -147,6 +149,32 @@ def test_a_kernel_without_a_launch_record_falls_back_to_its_device_start() -> No
         KernelActivity("before", 900_000, 910_000, stream=7, correlation_id=32),
     ]
     assert [k.name for k in kernels_in_window(kernels, [], T0, T1)] == ["inside"]
+
+
+def test_kernels_another_thread_launched_between_calls_are_found() -> None:
+    """The harness's thread is the one that synchronised last before the window; between
+    calls only the harness launches on it, so anything launched on another thread is work
+    outside every call's range."""
+    harness, stray = 101, 202
+    window = [
+        ApiActivity(start=900_000, end=905_000, correlation_id=10, thread=harness),  # L2 flush
+        ApiActivity(start=990_000, end=999_000, correlation_id=11, thread=harness),  # sync
+        ApiActivity(start=1_000_100, end=1_000_900, correlation_id=12, thread=stray),  # in call
+    ]
+    assert harness_thread(window, T0) == harness
+    between_apis = [
+        ApiActivity(start=2_100_000, end=2_100_500, correlation_id=20, thread=harness),  # copy
+        ApiActivity(start=2_200_000, end=2_200_500, correlation_id=21, thread=stray),
+    ]
+    between = [
+        KernelActivity("copy", 2_101_000, 2_102_000, stream=7, correlation_id=20),
+        KernelActivity("busy_scan", 2_201_000, 2_300_000, stream=9, correlation_id=21),
+        KernelActivity("unmatched", 2_400_000, 2_500_000, stream=9, correlation_id=99),
+    ]
+    assert [k.name for k in launched_elsewhere(between, between_apis, harness)] == ["busy_scan"]
+    # Without thread ids (older records) or before the first window nothing is claimed.
+    assert harness_thread([ApiActivity(1, 2, 3)], T0) is None
+    assert launched_elsewhere(between, between_apis, None) == []
 
 
 def test_records_without_timestamps_are_found() -> None:

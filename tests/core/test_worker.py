@@ -9,10 +9,11 @@ import pytest
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.judge import Judge
-from nsight_core.pipeline import run_profile_job
+from nsight_core.pipeline import jit_cache_env, run_profile_job
 from nsight_core.protocol import SampleEvent, StandbySpec, WorkerJob
 from nsight_core.request import ProfileRequest
 from nsight_core.runs import read_events
+from nsight_core.sandbox import landlock_abi
 from nsight_core.seat import Seat
 from nsight_core.settings import JobSettings
 
@@ -147,3 +148,40 @@ def test_a_candidate_that_kills_the_contestant_at_import_leaves_the_reference_ti
     assert result.status == "failed" and result.message.startswith("no candidate passed")
     crashed = [f for f in result.failures if f.ErrorClass == "crashed"]
     assert crashed and all(f.Annotation != "job_code.py:ref" for f in crashed)
+
+
+PLANTER = """
+from pathlib import Path
+
+def cand(xs):
+    # What an agent's candidate would do to win a later job: plant a compiled kernel under
+    # the reference's cache key in the judge's JIT cache.
+    try:
+        (Path(JUDGE_CACHE) / "planted").write_text("x")
+    except OSError:
+        pass
+    return sum(xs)
+"""
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="kernel without Landlock")
+def test_the_judge_compiles_into_caches_no_contestant_can_write(tmp_path: Path) -> None:
+    """A compiled kernel planted in the judge's JIT cache would change expected outputs of
+    later jobs; the contestant gets a cache of its own and cannot write the judge's."""
+    judge_cache = Path(jit_cache_env()["TRITON_CACHE_DIR"])
+    (judge_cache / "planted").unlink(missing_ok=True)
+    (tmp_path / "job_code.py").write_text(CRASH_AT_IMPORT)
+    (tmp_path / "planter.py").write_text(f"JUDGE_CACHE = {str(judge_cache)!r}\n" + PLANTER)
+    request = ProfileRequest(
+        reference="job_code.py:ref",
+        candidates=["planter.py:cand"],
+        inputs="job_code.py:make_inputs",
+        configs=[{"n": 8}],
+        workdir=str(tmp_path),
+        backend="events",
+        runs=3,
+    )
+    result = run_profile_job(request, tmp_path / "job", result_id="t")
+    assert result.provenance is not None and result.provenance.contestant_confined
+    assert [(c.Annotation, c.Passed) for c in result.correctness] == [("planter.py:cand", True)]
+    assert not (judge_cache / "planted").exists()
