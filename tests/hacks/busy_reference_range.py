@@ -13,7 +13,8 @@ Defence: the contestant imports only the reference at start; the judge runs ever
   the reference, on every config, and only then asks for the candidates. No candidate code
   exists in the process while the reference is timed, so its rows hold its own kernels only.
   The thread does land in the candidate's own ranges: under ncu its rows may fail (a varying
-  number of foreign kernels per run), which only hurts the candidate.
+  number of foreign kernels per run), which only hurts the candidate; under cupti its rows
+  are suspicious (kernels launched by another thread between calls: tests/gpu).
 """
 
 from __future__ import annotations
