@@ -12,6 +12,7 @@ from nsight_core.judge import Judge
 from nsight_core.pipeline import jit_cache_env, run_profile_job
 from nsight_core.protocol import SampleEvent, StandbySpec, WorkerJob
 from nsight_core.request import ProfileRequest
+from nsight_core.results import ProfileResult
 from nsight_core.runs import read_events
 from nsight_core.sandbox import landlock_abi
 from nsight_core.seat import Seat
@@ -124,25 +125,29 @@ def ref(xs):
 """
 
 
+def job_with_candidate(tmp_path: Path, name: str, code: str, *, n: int) -> ProfileResult:
+    """An events job: the reference of CRASH_AT_IMPORT against ``name:cand`` holding ``code``."""
+    (tmp_path / "job_code.py").write_text(CRASH_AT_IMPORT)
+    (tmp_path / name).write_text(code)
+    request = ProfileRequest(
+        reference="job_code.py:ref",
+        candidates=[f"{name}:cand"],
+        inputs="job_code.py:make_inputs",
+        configs=[{"n": n}],
+        workdir=str(tmp_path),
+        backend="events",
+        runs=3,
+    )
+    return run_profile_job(request, tmp_path / "job", result_id="t")
+
+
 def test_a_candidate_that_kills_the_contestant_at_import_leaves_the_reference_timed(
     tmp_path: Path,
 ) -> None:
     """The reference runs before any candidate is imported (issue 10), so a candidate whose
     import ends the process cannot take the reference's rows with it, nor be blamed on them."""
-    (tmp_path / "job_code.py").write_text(CRASH_AT_IMPORT)
-    (tmp_path / "killer.py").write_text(
-        "import os\nos._exit(3)\n\ndef cand(xs):\n    return sum(xs)\n"
-    )
-    request = ProfileRequest(
-        reference="job_code.py:ref",
-        candidates=["killer.py:cand"],
-        inputs="job_code.py:make_inputs",
-        configs=[{"n": 64}],
-        workdir=str(tmp_path),
-        backend="events",
-        runs=3,
-    )
-    result = run_profile_job(request, tmp_path / "job", result_id="t")
+    killer = "import os\nos._exit(3)\n\ndef cand(xs):\n    return sum(xs)\n"
+    result = job_with_candidate(tmp_path, "killer.py", killer, n=64)
     ref_rows = [r for r in result.rows if r.Annotation == "job_code.py:ref"]
     assert ref_rows and all(r.NumRuns == 3 and r.ErrorClass is None for r in ref_rows)
     assert result.status == "failed" and result.message.startswith("no candidate passed")
@@ -170,18 +175,8 @@ def test_the_judge_compiles_into_caches_no_contestant_can_write(tmp_path: Path) 
     later jobs; the contestant gets a cache of its own and cannot write the judge's."""
     judge_cache = Path(jit_cache_env()["TRITON_CACHE_DIR"])
     (judge_cache / "planted").unlink(missing_ok=True)
-    (tmp_path / "job_code.py").write_text(CRASH_AT_IMPORT)
-    (tmp_path / "planter.py").write_text(f"JUDGE_CACHE = {str(judge_cache)!r}\n" + PLANTER)
-    request = ProfileRequest(
-        reference="job_code.py:ref",
-        candidates=["planter.py:cand"],
-        inputs="job_code.py:make_inputs",
-        configs=[{"n": 8}],
-        workdir=str(tmp_path),
-        backend="events",
-        runs=3,
-    )
-    result = run_profile_job(request, tmp_path / "job", result_id="t")
+    planter = f"JUDGE_CACHE = {str(judge_cache)!r}\n" + PLANTER
+    result = job_with_candidate(tmp_path, "planter.py", planter, n=8)
     assert result.provenance is not None and result.provenance.contestant_confined
     assert [(c.Annotation, c.Passed) for c in result.correctness] == [("planter.py:cand", True)]
     assert not (judge_cache / "planted").exists()
