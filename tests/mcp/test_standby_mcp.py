@@ -1,0 +1,67 @@
+"""Pre-started judges as an agent meets them: the real MCP client over stdio, a real server.
+
+The second of two identical requests is handed to the judge and contestant the server
+started when the first ended (`provenance.phase_seconds` has `standby_idle`, `spawn` 0),
+with the same verdicts; when the session ends, no pre-started process outlives the server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.mcp.test_server import softmax_request, structured
+
+pytestmark = pytest.mark.anyio
+
+
+def standby_pids() -> set[int]:
+    """Processes running a pre-started judge (``nsight_core.judge --standby``)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"nsight_core.judge" in cmd and b"--standby" in cmd:
+            found.add(int(entry.name))
+    return found
+
+
+async def test_the_second_request_goes_to_the_pre_started_judge_and_none_outlives_the_server(
+    tmp_path: Path,
+) -> None:
+    before = standby_pids()
+    env = {**os.environ, "NSPY_MCP_STORE": str(tmp_path / "store")}
+    env.pop("NSPY_MCP_STANDBY", None)  # the default: on
+    params = StdioServerParameters(command=sys.executable, args=["-m", "nspy_mcp"], env=env)
+    answers: list[dict[str, Any]] = []
+    with anyio.fail_after(180):
+        async with Client(params) as client:
+            for _ in range(2):
+                result = await client.call_tool(
+                    "profile_candidates", {"request": softmax_request()}
+                )
+                answers.append(structured(result))
+            waiting = standby_pids() - before
+    first, second = answers
+    assert first["status"] == second["status"] == "done", (first["message"], second["message"])
+    phases = [a["provenance"]["phase_seconds"] for a in answers]
+    assert "standby_idle" not in phases[0] and phases[0]["spawn"] > 0
+    assert phases[1]["standby_idle"] >= 0 and phases[1]["spawn"] == 0
+    verdicts = [{c["Annotation"]: c["Passed"] for c in a["correctness"]} for a in answers]
+    assert verdicts[0] == verdicts[1] and sorted(verdicts[1].values()) == [False, True]
+    assert waiting, "the server started no judge for the next request"
+    deadline = time.monotonic() + 10
+    while standby_pids() & waiting and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not standby_pids() & waiting, "a pre-started judge outlived its server"
