@@ -632,6 +632,36 @@ class _ReferenceFailed(Exception):
         self.failure = failure
 
 
+def warm_checks() -> None:
+    """A pre-started judge runs its own checking path once on small CUDA arrays while it
+    waits: CUDA loads kernel modules on first use, and the first job would pay for each
+    (the random fill, clones, the trivial-answer bound and the comparison). A failure here
+    changes nothing: the job's own calls load what they need."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available():
+            check_path_once("cuda")
+            torch.cuda.synchronize()
+
+
+def check_path_once(device: str) -> Tally:
+    """The judge's comparison of one output with itself, per floating dtype, on ``device``."""
+    import torch  # lazy: only where torch is installed (warm_checks looked)
+
+    tally = Tally()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(4, 64, device=device).to(dtype)
+        inputs: Inputs = ((x,), {})
+        y = clone_args(inputs)[0][0]
+        bound = trivial_bound(x, inputs, None, None)
+        judge_output(tally, x, y, atol=None, rtol=None, bound=bound)
+        if not same_result(x, y).passed:
+            tally.fail("warm-up: an output differs from its clone")
+    return tally
+
+
 def _read_job(job_dir: Path) -> WorkerJob | str:
     try:
         job = WorkerJob.model_validate_json((job_dir / JOB_FILE).read_text())
@@ -709,6 +739,7 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"nsight_core.judge: the standby's contestant did not start: {exc}\n")
             seat.close()
             return int(WorkerExit.OK)
+        warm_checks()
         (home / READY_FILE).touch()  # the pool waits for this before any job runs
         idle0 = time.monotonic()
         taken = _wait_for_job(listener, seat)

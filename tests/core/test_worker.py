@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
-from nsight_core.judge import Judge
+from nsight_core.judge import Judge, check_path_once
 from nsight_core.pipeline import jit_cache_env, run_profile_job
 from nsight_core.protocol import SampleEvent, StandbySpec, WorkerJob
 from nsight_core.request import ProfileRequest
@@ -180,3 +180,10 @@ def test_the_judge_compiles_into_caches_no_contestant_can_write(tmp_path: Path) 
     assert result.provenance is not None and result.provenance.contestant_confined
     assert [(c.Annotation, c.Passed) for c in result.correctness] == [("planter.py:cand", True)]
     assert not (judge_cache / "planted").exists()
+
+
+def test_the_checking_path_a_pre_started_judge_warms_up_passes_on_identical_outputs() -> None:
+    """What `warm_checks` runs on CUDA while a standby waits, here on the CPU: it must be the
+    judge's real path and pass (a broken warm-up would only show as a slower first job)."""
+    tally = check_path_once("cpu")
+    assert tally.calls == 3 and tally.passed, tally.reasons
