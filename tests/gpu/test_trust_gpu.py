@@ -14,7 +14,9 @@ Backend differences the headers cannot state, checked here:
 - "Expect min time ns" is a wall-clock floor for in-process timers, not for ncu's kernel
   time;
 - under cupti a thread that keeps launching kernels outside the calls (busy_reference_range)
-  is seen by the launching thread of its kernels, and the candidate's rows are suspicious.
+  is seen by the launching thread of its kernels, and the candidate's rows are suspicious;
+  when one of its kernels is still unfinished as a call's records are read, that run fails
+  instead (H200: either happens, run to run), which also leaves it no trusted number.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _expected_trust(header: Header, backend: str) -> set[str]:
     if backend == "ncu" and header.name in IN_PROCESS_ONLY:
         return {"ok", "noisy"}
     if backend == "cupti" and header.name in OUTSIDE_WORK:
-        return {"suspicious"}
+        return {"suspicious", "failed"}
     return allowed
 
 
@@ -83,7 +85,8 @@ def test_the_catalogue_on_the_gpu(backend: str, tmp_path_factory: pytest.TempPat
             lines.append(f"{'':26} reference's kernels: {sorted(names) or '-'}")
             if foreign or not ref:
                 problems.append(f"{h.name}: the reference's rows hold {sorted(foreign)}")
-        if backend == "cupti" and h.name in OUTSIDE_WORK and "another thread" not in reasons:
+        named = "another thread" in reasons
+        if backend == "cupti" and h.name in OUTSIDE_WORK and trust == "suspicious" and not named:
             problems.append(f"{h.name}: the work outside the calls is not named ({reasons})")
         fallback = backend == "ncu" and h.name == "fallback_to_reference"
         if fallback and "reference's kernels" not in reasons:
