@@ -148,6 +148,7 @@ def run_worker(
         wrapped = backend.wrap(
             [*python, "nsight_core.contestant", "--function", str(job_dir)], settings, job_dir
         )
+        wrapped = dataclasses.replace(wrapped, tool_version=backend.tool_version())
         argv, wall, output_dir = wrapped.argv, settings.time_limit_s, job_dir
     tail = EventTail(job_dir / EVENTS_FILE, on_progress)
     package_root = str(Path(__file__).resolve().parents[1])

@@ -14,6 +14,7 @@ seat's ``out_dir``; `Seat.move_artifacts` puts them into the job's directory at 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -161,6 +162,8 @@ class Seat:
         self.wrapped: Wrapped = self.backend.wrap(argv, self.settings, out_dir)
         self.proc = ContestantProcess(self.wrapped.argv, self.private, out_dir, self.deadline)
         self.started = time.monotonic()
+        # Asked now that the contestant is starting (`ncu --version` takes a moment).
+        self.wrapped = dataclasses.replace(self.wrapped, tool_version=self.backend.tool_version())
         self.prestarted = prestarted
         self.ready = False
 

@@ -15,6 +15,7 @@ import inspect
 import ipaddress
 import logging
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from nsight_core.catalog import MetricsValidation
 from nsight_core.catalog import validate_metrics as catalog_validate_metrics
 from nsight_core.errors import NsightCoreError
 from nsight_core.probe import EnvironmentReport, probe_environment
-from nsight_core.request import ProfileRequest
+from nsight_core.request import DEFAULT_METRIC, ProfileRequest
 from nsight_core.results import JobStatus, ProfileResult
 from nsight_core.sandbox import protect_this_process
 from nsight_core.store import (
@@ -397,6 +398,15 @@ def _add_tool(
     server.tool(title=title, description=inspect.cleandoc(fn.__doc__), annotations=annotations)(fn)
 
 
+def warm_caches() -> None:
+    """Fill, in the background at start, what a first request would otherwise wait for: the
+    environment probe (NVML, ncu's version, cupti) and the metric catalog of this GPU's chip.
+    Both are cached in the process; failures are the request's own to report."""
+    with contextlib.suppress(Exception):
+        probe_environment()
+        catalog_validate_metrics([DEFAULT_METRIC])
+
+
 def build_server(
     store: str | Path | ResultStore | None = None,
     *,
@@ -419,6 +429,7 @@ def build_server(
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
+        threading.Thread(target=warm_caches, name="nspy warm caches", daemon=True).start()
         async with contextlib.AsyncExitStack() as stack:
             runner: Executor = local
             if scheduler is not None:

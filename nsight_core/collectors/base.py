@@ -98,6 +98,11 @@ class Backend(ABC):
     def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
         """The command that runs ``argv`` measured by this backend (files go to out_dir)."""
 
+    def tool_version(self) -> str | None:
+        """The wrapping tool's version for provenance (ncu's); asked for after the command
+        has started, since asking runs the tool (off a job's critical path)."""
+        return None
+
     def classify_end(
         self, outcome: SandboxOutcome, wrapped: Wrapped, settings: JobSettings
     ) -> NsightCoreError | None:

@@ -258,7 +258,10 @@ class NcuBackend(Backend):
             log_path=log,
             target_argv=argv,
         )
-        return Wrapped(command, ncu_version(ncu), report, log)
+        return Wrapped(command, None, report, log)
+
+    def tool_version(self) -> str | None:
+        return ncu_version(require_ncu())
 
     def classify_end(
         self, outcome: SandboxOutcome, wrapped: Wrapped, settings: JobSettings
