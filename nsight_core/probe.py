@@ -776,8 +776,18 @@ def _cached(deep: bool, now: float) -> EnvironmentReport | None:
     return None
 
 
+_probe_lock = threading.Lock()
+"""One probe at a time in a process: a caller that comes while one runs (the server's start,
+a first request) waits for it and gets its report from the cache."""
+
+
 def probe_environment(*, deep: bool = False, refresh: bool = False) -> EnvironmentReport:
     """Probe (or recall) what profiling can do here. ``deep`` adds a real one-kernel ncu run."""
+    with _probe_lock:
+        return _probe_environment(deep=deep, refresh=refresh)
+
+
+def _probe_environment(*, deep: bool, refresh: bool) -> EnvironmentReport:
     now = time.time()
     if not refresh and (hit := _cached(deep, now)) is not None:
         # Cheap and process-specific (memory limit, protection): never taken from a cache.

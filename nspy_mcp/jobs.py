@@ -224,6 +224,7 @@ class DeviceLocks:
     ) -> None:
         self._dir = lock_dir
         self._slots = gpus
+        self._discover_lock = threading.Lock()
         self._busy_reader = busy
         self._busy: dict[int, int] = {}
         self._busy_read_at = -1e9
@@ -234,8 +235,16 @@ class DeviceLocks:
     async def slots(self) -> list[GpuSlot]:
         """The slots jobs share (NVML is read once, on first use)."""
         if self._slots is None:
-            self._slots = await anyio.to_thread.run_sync(discover_slots)
+            await anyio.to_thread.run_sync(self.discover)
+        assert self._slots is not None
         return self._slots
+
+    def discover(self) -> None:
+        """Read the slots now, from any thread (the server starts it at start, so the first
+        request finds them read or waits for that one read); a no-op once they are known."""
+        with self._discover_lock:
+            if self._slots is None:
+                self._slots = discover_slots()
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str, on_wait: Callable[[str], None]) -> AsyncIterator[None]:

@@ -398,11 +398,12 @@ def _add_tool(
     server.tool(title=title, description=inspect.cleandoc(fn.__doc__), annotations=annotations)(fn)
 
 
-def warm_caches() -> None:
+def warm_caches(locks: DeviceLocks) -> None:
     """Fill, in the background at start, what a first request would otherwise wait for: the
-    environment probe (NVML, ncu's version, cupti) and the metric catalog of this GPU's chip.
-    Both are cached in the process; failures are the request's own to report."""
+    GPU slots (NVML), the environment probe (ncu's version, cupti) and the metric catalog of
+    this GPU's chip. All are kept in the process; failures are the request's own to report."""
     with contextlib.suppress(Exception):
+        locks.discover()
         probe_environment()
         catalog_validate_metrics([DEFAULT_METRIC])
 
@@ -429,7 +430,9 @@ def build_server(
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
-        threading.Thread(target=warm_caches, name="nspy warm caches", daemon=True).start()
+        threading.Thread(
+            target=warm_caches, args=(local.locks,), name="nspy warm caches", daemon=True
+        ).start()
         async with contextlib.AsyncExitStack() as stack:
             runner: Executor = local
             if scheduler is not None:
