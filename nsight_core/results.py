@@ -243,12 +243,13 @@ class Provenance(_Model):
         default_factory=dict,
         description=(
             "Where the job's wall time went, in seconds: the judge's phases (spawn: its start "
-            "until the contestant is started; import; check; profile; exit: waiting for the "
-            "contestant and its profiler to end; judge: the judge's own work per call; "
-            "roundtrips: waiting on the contestant's replies) and the contestant's own account "
-            "under 'contestant.' keys (process, frameworks, cuda, load, inputs, call, structure, "
-            "output, watch). Contestant keys come from the candidates' process: for benchmarks, "
-            "never for verdicts."
+            "until the contestant is started, 0 for a judge pre-started before the request; "
+            "standby_idle: how long such a judge waited for it; import; check; profile; exit: "
+            "waiting for the contestant and its profiler to end; judge: the judge's own work "
+            "per call; roundtrips: waiting on the contestant's replies) and the contestant's "
+            "own account under 'contestant.' keys (process, frameworks, cuda, timer, "
+            "waited_for_job, confine, load, inputs, call, structure, output, watch). Contestant "
+            "keys come from the candidates' process: for benchmarks, never for verdicts."
         ),
     )
     wall_seconds: float | None = None
