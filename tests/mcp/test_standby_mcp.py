@@ -8,6 +8,7 @@ with the same verdicts; when the session ends, no pre-started process outlives t
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -65,3 +66,74 @@ async def test_the_second_request_goes_to_the_pre_started_judge_and_none_outlive
     while standby_pids() & waiting and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not standby_pids() & waiting, "a pre-started judge outlived its server"
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def all_descendants_gone(pids: set[int]) -> bool:
+    return not any(Path(f"/proc/{p}").exists() and _alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def contestants_of(judge: int) -> set[int]:
+    """The judge's descendants (its contestant, under ncu for that backend)."""
+    found: set[int] = set()
+    frontier = {judge}
+    while frontier:
+        children = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if parent_of(int(entry.name)) in frontier:
+                        children.add(int(entry.name))
+                except (OSError, ValueError, IndexError):
+                    continue
+        children -= found
+        found |= children
+        frontier = children
+    return found
+
+
+async def test_a_server_killed_with_sigkill_takes_its_pre_started_judge_and_contestant_along(
+    tmp_path: Path,
+) -> None:
+    before = standby_pids()
+    env = {**os.environ, "NSPY_MCP_STORE": str(tmp_path / "store")}
+    env.pop("NSPY_MCP_STANDBY", None)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "nspy_mcp"], env=env)
+    waiting: set[int] = set()
+    family: set[int] = set()
+    with anyio.fail_after(120):
+        try:
+            async with Client(params) as client:
+                await client.call_tool("profile_candidates", {"request": softmax_request()})
+                for _ in range(300):  # the standby starts once the job has ended
+                    waiting = standby_pids() - before
+                    if waiting:
+                        break
+                    await anyio.sleep(0.1)
+                assert waiting, "no judge was pre-started"
+                judge = next(iter(waiting))
+                await anyio.sleep(1.0)  # its contestant is starting
+                family = {judge, *contestants_of(judge)}
+                os.kill(parent_of(judge), signal.SIGKILL)  # the server, without warning
+                await anyio.sleep(0.5)
+        except AssertionError:
+            raise
+        except Exception:  # the client's transport breaks with its server: expected here
+            pass
+    assert len(family) >= 2, "the pre-started judge had no contestant to check"
+    deadline = time.monotonic() + 15
+    while not all_descendants_gone(family) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all_descendants_gone(family), "a pre-started process outlived its killed server"
