@@ -122,16 +122,15 @@ async def test_a_server_killed_with_sigkill_takes_its_pre_started_judge_and_cont
                     if waiting:
                         break
                     await anyio.sleep(0.1)
-                assert waiting, "no judge was pre-started"
-                judge = next(iter(waiting))
-                await anyio.sleep(1.0)  # its contestant is starting
-                family = {judge, *contestants_of(judge)}
-                os.kill(parent_of(judge), signal.SIGKILL)  # the server, without warning
-                await anyio.sleep(0.5)
-        except AssertionError:
-            raise
+                if waiting:
+                    judge = next(iter(waiting))
+                    await anyio.sleep(1.0)  # its contestant is starting
+                    family = {judge, *contestants_of(judge)}
+                    os.kill(parent_of(judge), signal.SIGKILL)  # the server, without warning
+                    await anyio.sleep(0.5)
         except Exception:  # the client's transport breaks with its server: expected here
             pass
+    assert waiting, "no judge was pre-started"
     assert len(family) >= 2, "the pre-started judge had no contestant to check"
     deadline = time.monotonic() + 15
     while not all_descendants_gone(family) and time.monotonic() < deadline:
