@@ -18,6 +18,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from tests.core.test_sandbox import alive
 from tests.mcp.test_server import softmax_request, structured
 
 pytestmark = pytest.mark.anyio
@@ -38,13 +39,18 @@ def standby_pids() -> set[int]:
     return found
 
 
+def server_params(tmp_path: Path) -> StdioServerParameters:
+    """`nspy-mcp` over stdio with its own store and pre-started judges on (the default)."""
+    env = {**os.environ, "NSPY_MCP_STORE": str(tmp_path / "store")}
+    env.pop("NSPY_MCP_STANDBY", None)
+    return StdioServerParameters(command=sys.executable, args=["-m", "nspy_mcp"], env=env)
+
+
 async def test_the_second_request_goes_to_the_pre_started_judge_and_none_outlives_the_server(
     tmp_path: Path,
 ) -> None:
     before = standby_pids()
-    env = {**os.environ, "NSPY_MCP_STORE": str(tmp_path / "store")}
-    env.pop("NSPY_MCP_STANDBY", None)  # the default: on
-    params = StdioServerParameters(command=sys.executable, args=["-m", "nspy_mcp"], env=env)
+    params = server_params(tmp_path)
     answers: list[dict[str, Any]] = []
     with anyio.fail_after(180):
         async with Client(params) as client:
@@ -74,15 +80,7 @@ def parent_of(pid: int) -> int:
 
 
 def all_descendants_gone(pids: set[int]) -> bool:
-    return not any(Path(f"/proc/{p}").exists() and _alive(p) for p in pids)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return not any(alive(p) for p in pids)
 
 
 def contestants_of(judge: int) -> set[int]:
@@ -108,9 +106,7 @@ async def test_a_server_killed_with_sigkill_takes_its_pre_started_judge_and_cont
     tmp_path: Path,
 ) -> None:
     before = standby_pids()
-    env = {**os.environ, "NSPY_MCP_STORE": str(tmp_path / "store")}
-    env.pop("NSPY_MCP_STANDBY", None)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "nspy_mcp"], env=env)
+    params = server_params(tmp_path)
     waiting: set[int] = set()
     family: set[int] = set()
     with anyio.fail_after(120):
