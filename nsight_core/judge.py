@@ -26,10 +26,12 @@ the process that may be trusted with verdicts, and nothing else should import it
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import secrets
 import shutil
 import socket
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -670,6 +672,15 @@ def _read_job(job_dir: Path) -> WorkerJob | str:
     return job if job.request is not None else "not a request job"
 
 
+def peer_pid(conn: socket.socket) -> int:
+    """The process at the other end of a Unix socket (SO_PEERCRED); 0 where unknown."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return 0
+    return int(struct.unpack("3i", creds)[0])
+
+
 def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, WorkerJob] | None:
     """A pre-started judge's wait: one job directory, handed over on ``listener``.
 
@@ -684,6 +695,11 @@ def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, WorkerJob]
         except TimeoutError:
             continue
         with conn:
+            if peer_pid(conn) != os.getppid():
+                # Only the pool that started this judge (its parent, the server) may hand it
+                # a job: any process could find the socket's path in /proc, and a job's
+                # code runs in this unconfined process as the trusted reference.
+                continue
             conn.settimeout(10.0)
             try:
                 line = conn.makefile("rb").readline(4096).strip()

@@ -3,6 +3,7 @@ verdicts and numbers as a cold one, other settings start cold, a dead standby is
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.pipeline import run_profile_job
+from nsight_core.protocol import STANDBY_SOCKET
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.sandbox import Deadline, SandboxLimits, run_sandboxed
@@ -161,3 +163,34 @@ def test_a_deadline_re_armed_while_the_process_runs_replaces_the_first_limit(
     quick = [sys.executable, "-c", "import time; time.sleep(1.5)"]
     out = run_sandboxed(quick, cwd=tmp_path, limits=SandboxLimits(wall_s=0.5), deadline=deadline)
     assert not out.timed_out and out.error_class is None
+
+
+def test_only_the_pool_that_started_a_judge_can_hand_it_a_job(
+    tmp_path: Path, pool: StandbyPool
+) -> None:
+    """The handover socket's path is readable in /proc by any process: another process that
+    connects and names a job directory (with code of its choosing for the unconfined judge
+    to import as the reference) gets no answer, and the standby stays the pool's."""
+    run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
+    pool.settle()
+    spare = pool.spare
+    assert spare is not None and spare.ready()
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    intruder = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5)\n"
+        "s.connect(sys.argv[1]); s.sendall(sys.argv[2].encode() + b'\\n')\n"
+        "try:\n    print(repr(s.recv(100)))\n"
+        "except ConnectionResetError:\n    print(repr(b''))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", intruder, str(spare.home / STANDBY_SOCKET), str(forged)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.stdout.strip() == "b''", out  # closed unanswered, no "ok"
+    assert spare.alive() and not (forged / "events.jsonl").exists()
+    result = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
+    assert pool.taken == 1 and verdicts(result) == [("good", True), ("wrong", False)]
