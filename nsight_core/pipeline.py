@@ -154,24 +154,14 @@ def run_worker(
     package_root = str(Path(__file__).resolve().parents[1])
     pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(settings.gpu)}
-    key = spec = None
-    if standby is not None and job.mode == "request":
-        spec = StandbySpec.of_job(job)
-        key = StandbyKey.of(spec, env)
-    if standby is not None:
-        standby.settle()
+    pool = standby if job.mode == "request" else None  # @kernel jobs always start cold
+    key = StandbyKey.of(StandbySpec.of_job(job), env) if pool is not None else None
+    if pool is not None:
+        pool.settle()
     t0 = time.monotonic()
     outcome = None
-    pre = standby.take(key) if standby is not None and key is not None else None
-    if pre is not None:
-        why_not = pre.hand(job_dir, wall, tail.poll)
-        if why_not is None:
-            assert standby is not None
-            standby.taken += 1
-            outcome = pre.wait(cancel)
-            pre.collect(job_dir)
-        else:
-            pre.retire()
+    if pool is not None and key is not None:
+        outcome = pool.run(key, job_dir, wall_s=wall, poll=tail.poll, cancel=cancel)
     if outcome is None:
         outcome = run_sandboxed(
             argv,
@@ -183,8 +173,8 @@ def run_worker(
             output_dir=output_dir,
         )
     wall_s = time.monotonic() - t0
-    if standby is not None and key is not None and spec is not None:
-        standby.refill(key, spec, env)
+    if pool is not None and key is not None:
+        pool.refill(key)
     tail.poll()
     events = read_events(job_dir / EVENTS_FILE)
     error = outcome.to_error()

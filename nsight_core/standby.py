@@ -56,6 +56,7 @@ class StandbyKey:
     """What must be equal for a job to use a standby: the spec and the environment."""
 
     spec: str
+    """The `StandbySpec` as JSON: what the standby judge reads from its directory."""
     env: tuple[tuple[str, str], ...]
 
     @classmethod
@@ -78,20 +79,18 @@ def idle_limit_s() -> float:
 class Standby:
     """One pre-started judge (and, through it, its contestant), run by sandbox.py."""
 
-    def __init__(
-        self, key: StandbyKey, spec: StandbySpec, env: Mapping[str, str], idle_s: float
-    ) -> None:
+    def __init__(self, key: StandbyKey, idle_s: float) -> None:
         self.key = key
         self.idle_s = idle_s
         self.home = Path(tempfile.mkdtemp(prefix="nspy-standby-"))
-        (self.home / STANDBY_FILE).write_text(spec.model_dump_json())
+        (self.home / STANDBY_FILE).write_text(key.spec)
         self.deadline = Deadline(idle_s)
         self.cancel = threading.Event()
         self.outcome: SandboxOutcome | None = None
         self.started = time.monotonic()
         self._poll: Callable[[], None] | None = None
         argv = [sys.executable, "-P", "-m", "nsight_core.judge", "--standby", str(self.home)]
-        self._thread = threading.Thread(target=self._run, args=(argv, dict(env)), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(argv, dict(key.env)), daemon=True)
         self._thread.start()
 
     def _run(self, argv: list[str], env: dict[str, str]) -> None:
@@ -200,7 +199,7 @@ class StandbyPool:
         with self._lock:
             return next(reversed(self._spares.values()), None)
 
-    def take(self, key: StandbyKey) -> Standby | None:
+    def _take(self, key: StandbyKey) -> Standby | None:
         """The standby for ``key``, removed from the pool; None when there is no fresh one."""
         with self._lock:
             spare = self._spares.pop(key, None)
@@ -210,6 +209,29 @@ class StandbyPool:
             return spare
         spare.retire()
         return None
+
+    def run(
+        self,
+        key: StandbyKey,
+        job_dir: Path,
+        *,
+        wall_s: float,
+        poll: Callable[[], None] | None,
+        cancel: threading.Event | None,
+    ) -> SandboxOutcome | None:
+        """Run the job in ``job_dir`` on the standby for ``key`` and wait for its end; its
+        judge's outcome, or None when there was no standby or it did not take the job (the
+        caller then starts the job cold)."""
+        spare = self._take(key)
+        if spare is None:
+            return None
+        if spare.hand(job_dir, wall_s, poll) is not None:
+            spare.retire()
+            return None
+        self.taken += 1
+        outcome = spare.wait(cancel)
+        spare.collect(job_dir)
+        return outcome
 
     def settle(self, timeout_s: float = HANDOVER_TIMEOUT_S) -> None:
         """Wait until no standby is still starting: its imports and CUDA context creation
@@ -221,7 +243,7 @@ class StandbyPool:
             while spare.alive() and not spare.ready() and time.monotonic() < end:
                 time.sleep(0.02)
 
-    def refill(self, key: StandbyKey, spec: StandbySpec, env: Mapping[str, str]) -> None:
+    def refill(self, key: StandbyKey) -> None:
         """Start the standby for the next job like this one (retiring the oldest others)."""
         with self._lock:
             if self._closed:
@@ -229,7 +251,7 @@ class StandbyPool:
             old = [self._spares.pop(key)] if key in self._spares else []
             while len(self._spares) >= self.capacity:
                 old.append(self._spares.pop(next(iter(self._spares))))
-            self._spares[key] = Standby(key, spec, env, self.idle_s)
+            self._spares[key] = Standby(key, self.idle_s)
         for sb in old:
             sb.retire()
 
