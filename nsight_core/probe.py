@@ -757,7 +757,7 @@ def _save_file(key: str, report: EnvironmentReport) -> None:
     path = cache_dir() / f"probe-{key}.json"
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")  # per thread
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one writer per process: _probe_lock
         tmp.write_text(report.model_dump_json())
         os.replace(tmp, path)
 
