@@ -9,6 +9,8 @@ server): kernel, runtime-API and driver-API activity is enabled once; each timed
 and the call's kernels are those whose *launching API call* started in [t0, t1], matched by
 correlation id, on any stream and thread: the analogue of ncu keeping the kernels launched
 inside an NVTX range. The L2 flush is launched and finished before t0, so it never counts.
+The one flush also brings what ran since the previous call; kernels another thread launched
+then are reported (`launched_elsewhere`).
 A kernel whose launch record is missing is kept when its device start falls in [t0, t1].
 Memory copies and memsets are not kernels (ncu does not profile them either).
 
@@ -119,22 +121,35 @@ class KernelLike(Protocol):
     def stream(self) -> int: ...
 
 
-def kernels_in_window(
+def launch_time(kernel: KernelActivity, launches: dict[int, int]) -> int:
+    """When ``kernel`` was launched on the host clock: its API record's start, or without
+    one its device start (`launches`: correlation id -> API start)."""
+    return launches.get(kernel.correlation_id, kernel.start)
+
+
+def split_by_launch(
     kernels: Sequence[KernelActivity], apis: Sequence[ApiActivity], t0: int, t1: int
-) -> list[KernelActivity]:
-    """The kernels launched inside [t0, t1] (host clock), in order of device start.
+) -> tuple[list[KernelActivity], list[KernelActivity], list[KernelActivity]]:
+    """(launched before t0, inside [t0, t1], after t1), each in order of device start.
 
     A kernel belongs to the call when an API record with its correlation id started inside
     the window; without any API record of that id, when its device start lies inside it.
+    One flush after the call thus also yields what ran between calls (before) and what
+    another thread launched while the harness flushed (after, kept for the next call).
     """
-    inside = {a.correlation_id for a in apis if t0 <= a.start <= t1}
-    known = {a.correlation_id for a in apis}
-    kept = [
-        k
-        for k in kernels
-        if k.correlation_id in inside or (k.correlation_id not in known and t0 <= k.start <= t1)
-    ]
-    return sorted(kept, key=lambda k: (k.start, k.end, k.correlation_id))
+    launches = {a.correlation_id: a.start for a in apis}
+    parts: tuple[list[KernelActivity], list[KernelActivity], list[KernelActivity]] = ([], [], [])
+    for k in sorted(kernels, key=lambda k: (k.start, k.end, k.correlation_id)):
+        at = launch_time(k, launches)
+        parts[0 if at < t0 else 2 if at > t1 else 1].append(k)
+    return parts
+
+
+def kernels_in_window(
+    kernels: Sequence[KernelActivity], apis: Sequence[ApiActivity], t0: int, t1: int
+) -> list[KernelActivity]:
+    """The kernels launched inside [t0, t1] (host clock), in order of device start."""
+    return split_by_launch(kernels, apis, t0, t1)[1]
 
 
 def harness_thread(apis: Sequence[ApiActivity], t0: int) -> int | None:
@@ -475,22 +490,14 @@ class CuptiTimer:
                 "the cupti timer was not started in this contestant",
                 "report this: the contestant must call CuptiTimer.start() first",
             )
-        sync_all()
-        cupti.activity_flush_all(FLUSH_FORCED)  # what ran since the last call: not timed,
-        between_k, between_a = self._take()  # but another thread's launches are reported
-        self.outside = sorted(
-            {
-                kernel_name(k.name)
-                for k in launched_elsewhere(between_k, between_a, self._harness_thread)
-            }
-        )
+        sync_all()  # what ran before this call has ended; its records come with the call's
         device.flush_l2()
         sync_all()  # the flush kernel ends before the window opens
         t0 = int(cupti.get_timestamp())
         out = fn()
         sync_all()
         t1 = int(cupti.get_timestamp())
-        cupti.activity_flush_all(FLUSH_FORCED)
+        cupti.activity_flush_all(FLUSH_FORCED)  # one flush a call: each costs milliseconds
         kernels, apis = self._take()
         if self._errors:
             errors, self._errors = self._errors, []
@@ -499,8 +506,16 @@ class CuptiTimer:
                 f"reading CUPTI activity records failed: {'; '.join(errors[:3])}",
                 "check that cupti-python fits the driver (check_environment)",
             )
+        before, mine, after = split_by_launch(kernels, apis, t0, t1)
+        # Launched after t1 (another thread, while this one flushed): the next call's
+        # "before"; their API records travel with them.
+        late = {k.correlation_id for k in after}
+        self._kernels[:0] = after
+        self._apis[:0] = [a for a in apis if a.start > t1 or a.correlation_id in late]
         self._harness_thread = harness_thread(apis, t0)
-        mine = kernels_in_window(kernels, apis, t0, t1)
+        self.outside = sorted(
+            {kernel_name(k.name) for k in launched_elsewhere(before, apis, self._harness_thread)}
+        )
         bad = incomplete(mine)
         if bad:
             raise NsightCoreError(

@@ -33,6 +33,7 @@ from nsight_core.collectors.cupti import (
     incomplete,
     kernel_name,
     kernels_in_window,
+    split_by_launch,
     launched_elsewhere,
     union_ns,
 )
@@ -175,6 +176,30 @@ def test_kernels_another_thread_launched_between_calls_are_found() -> None:
     # Without thread ids (older records) or before the first window nothing is claimed.
     assert harness_thread([ApiActivity(1, 2, 3)], T0) is None
     assert launched_elsewhere(between, between_apis, None) == []
+
+
+def test_one_flush_after_the_call_splits_what_ran_before_inside_and_after_it() -> None:
+    """The timer flushes once, after the call: what ran since the previous call comes in the
+    same batch (before t0) and a kernel another thread launched while the harness flushed
+    (after t1) is kept for the next call, not lost and not counted."""
+    apis = [
+        ApiActivity(start=500_000, end=501_000, correlation_id=1, thread=101),  # last copy
+        ApiActivity(start=600_000, end=601_000, correlation_id=2, thread=202),  # stray
+        ApiActivity(start=1_100_000, end=1_101_000, correlation_id=3, thread=101),  # the call
+        ApiActivity(start=2_050_000, end=2_051_000, correlation_id=4, thread=202),  # late
+    ]
+    kernels = [
+        KernelActivity("late", 2_052_000, 2_060_000, stream=9, correlation_id=4),
+        KernelActivity("main", 1_102_000, 1_200_000, stream=7, correlation_id=3),
+        KernelActivity("copy", 502_000, 503_000, stream=7, correlation_id=1),
+        KernelActivity("stray", 602_000, 1_500_000, stream=9, correlation_id=2),
+        KernelActivity("no_api", 1_300_000, 1_310_000, stream=7, correlation_id=77),
+    ]
+    before, inside, after = split_by_launch(kernels, apis, T0, T1)
+    assert [k.name for k in before] == ["copy", "stray"]
+    assert [k.name for k in inside] == ["main", "no_api"]
+    assert [k.name for k in after] == ["late"]
+    assert [k.name for k in launched_elsewhere(before, apis, 101)] == ["stray"]
 
 
 def test_records_without_timestamps_are_found() -> None:
