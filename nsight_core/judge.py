@@ -1,6 +1,7 @@
 """The judge: makes the inputs, runs the reference, checks every output. Never imports candidates.
 
-``python -P -m nsight_core.judge JOB_DIR`` is what the pipeline starts for a request, or
+``python -P -m nsight_core.judge_boot JOB_DIR`` (which starts the contestant, then this) is
+what the pipeline starts for a request, or
 ``--standby DIR`` before the request exists (standby.py: the same steps, with the job handed
 over on a socket once the contestant is up). It
 
@@ -57,6 +58,7 @@ from nsight_core.contestant import (
 )
 from nsight_core.diagnose import nbytes_of
 from nsight_core.errors import ErrorClass, WorkerExit
+from nsight_core.launch import Channel, ContestantGone, ContestantProcess, Launched
 from nsight_core.loader import load_callable
 from nsight_core.protocol import (
     EVENTS_FILE,
@@ -93,7 +95,7 @@ from nsight_core.sandbox import (
     process_age_s,
     watch_parent_pipe,
 )
-from nsight_core.seat import Channel, ContestantGone, ContestantProcess, Seat
+from nsight_core.seat import Seat
 from nsight_core.settings import JobSettings
 from nsight_core.verdict import Tally, TrivialBound, judge_output, trivial_bound, type_mismatch
 
@@ -589,7 +591,7 @@ class Judge:
         return int(WorkerExit.OK)
 
     def _finish(self) -> None:
-        with contextlib.suppress(OSError, AssertionError):
+        with contextlib.suppress(OSError, AssertionError, ContestantGone):
             self._chan.send(ExitMsg().model_dump_json().encode())
         t0 = time.monotonic()
         outcome = self._proc.wait(timeout=30.0)
@@ -635,10 +637,10 @@ class _ReferenceFailed(Exception):
 
 
 def warm_checks() -> None:
-    """A pre-started judge runs its own checking path once on small CUDA arrays while it
-    waits: CUDA loads kernel modules on first use, and the first job would pay for each
-    (the random fill, clones, the trivial-answer bound and the comparison). A failure here
-    changes nothing: the job's own calls load what they need."""
+    """The judge runs its own checking path once on small CUDA arrays while its contestant
+    starts: CUDA loads kernel modules on first use, and the job would pay for each (the
+    random fill, clones, the trivial-answer bound and the comparison) on its critical path.
+    A failure here changes nothing: the job's own calls load what they need."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -718,10 +720,15 @@ def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, WorkerJob]
     return None
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], launched: Launched | None = None, *, watched: bool = False) -> int:
     """``judge JOB_DIR`` (a job known at start) or ``judge --standby DIR`` (pre-started by
-    standby.py: start the contestant, then wait for a job directory on DIR's socket)."""
-    watch_parent_pipe()  # die with the pipeline's server, whatever kills it
+    standby.py: start the contestant, then wait for a job directory on DIR's socket).
+
+    ``launched``: the contestant judge_boot.py already started from the job's launch plan,
+    before this module was imported; ``watched``: judge_boot.py started the parent-pipe
+    watch already."""
+    if not watched:
+        watch_parent_pipe()  # die with the pipeline's server, whatever kills it
     standby = len(argv) == 3 and argv[1] == "--standby"
     if len(argv) != 2 and not standby:
         sys.stderr.write("usage: python -m nsight_core.judge JOB_DIR | --standby DIR\n")
@@ -741,13 +748,17 @@ def main(argv: list[str]) -> int:
         job_or_why = _read_job(home)
         if isinstance(job_or_why, str):
             sys.stderr.write(f"nsight_core.judge: {job_or_why}\n")
+            if launched is not None:
+                launched.proc.cancel.set()
             return int(WorkerExit.BAD_JOB)
         spec = StandbySpec.of_job(job_or_why)
-    seat = Seat(spec, home, prestarted=standby)
-    spawn_s = process_age_s()  # this process's start until its contestant was spawned
+    seat = Seat(spec, home, prestarted=standby, launched=launched)
+    # This process's start until its contestant was spawned.
+    spawn_s = seat.started - time.monotonic() + process_age_s()
     # While the contestant starts: this process's own frameworks and CUDA context.
     preload_frameworks(PRESTART_FRAMEWORKS if standby else FRAMEWORKS)
     init_cuda()
+    warm_checks()  # cold or pre-started, the contestant takes longer to start than this
     if listener is not None:
         try:
             seat.wait_ready(START_TIMEOUT_S)
@@ -755,7 +766,6 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"nsight_core.judge: the standby's contestant did not start: {exc}\n")
             seat.close()
             return int(WorkerExit.OK)
-        warm_checks()
         (home / READY_FILE).touch()  # the pool waits for this before any job runs
         idle0 = time.monotonic()
         taken = _wait_for_job(listener, seat)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from nsight_core.assemble import assemble_result, refused
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.launch import CONTESTANT_ENV_PREFIX, LaunchPlan
 from nsight_core.protocol import (
     EVENTS_FILE,
     JOB_ARTIFACTS,
@@ -39,7 +41,7 @@ from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.runs import EventTail, ProgressCallback, WorkerRun, read_events
 from nsight_core.sandbox import SandboxLimits, landlock_abi, run_sandboxed
-from nsight_core.seat import CONTESTANT_ENV_PREFIX
+from nsight_core.seat import plan_launch
 from nsight_core.settings import JobSettings
 from nsight_core.standby import StandbyKey, StandbyPool
 
@@ -139,8 +141,9 @@ def run_worker(
     backend = get_backend(settings.backend)
     job.write(job_dir)
     python = [sys.executable, "-P", "-m"]
+    plan: LaunchPlan | None = None
     if job.mode == "request":
-        argv = [*python, "nsight_core.judge", str(job_dir)]
+        argv = [*python, "nsight_core.judge_boot", str(job_dir)]
         wall = settings.time_limit_s + JUDGE_GRACE_S
         output_dir = job_dir / JUDGE_DIR
         wrapped = Wrapped(argv)
@@ -163,6 +166,10 @@ def run_worker(
     if pool is not None and key is not None:
         outcome = pool.run(key, job_dir, wall_s=wall, poll=tail.poll, cancel=cancel)
     if outcome is None:
+        if job.mode == "request":
+            # The contestant's command, so the judge can start it before its own imports.
+            plan = plan_launch(StandbySpec.of_job(job), job_dir)
+            plan.write(job_dir)
         outcome = run_sandboxed(
             argv,
             cwd=job_dir,
@@ -173,6 +180,8 @@ def run_worker(
             output_dir=output_dir,
         )
     wall_s = time.monotonic() - t0
+    if plan is not None:  # the judge removes it; not if it died before it could
+        shutil.rmtree(plan.private, ignore_errors=True)
     if pool is not None and key is not None:
         pool.refill(key)
     tail.poll()

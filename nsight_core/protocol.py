@@ -23,6 +23,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass
+from nsight_core.launch import CONTESTANT_SOCKET as CONTESTANT_SOCKET
+from nsight_core.launch import MAX_REPLY_BYTES as MAX_REPLY_BYTES
+from nsight_core.launch import READY_LINE as READY_LINE
 from nsight_core.request import KernelsSpec, ProfileRequest
 from nsight_core.sandbox import STDERR_FILE as STDERR_FILE
 from nsight_core.sandbox import STDOUT_FILE as STDOUT_FILE
@@ -228,19 +231,12 @@ class DoneEvent(_Msg):
 # plain JSON that the judge validates with these models: it never unpickles anything the
 # contestant wrote. Array data crosses in shared slots (CUDA IPC or host shared memory).
 
-CONTESTANT_SOCKET = "judge.sock"
-"""The judge's socket in the contestant's private directory (both get the directory)."""
-READY_LINE = b"ready"
-"""The contestant's first line: frameworks, CUDA context and timer are up; now the job."""
 READY_FILE = "ready"
 """Made in a pre-started judge's directory once judge and contestant are both started."""
 STANDBY_FILE = "standby.json"
 """A pre-started judge's `StandbySpec`, in the directory it is started with."""
 STANDBY_SOCKET = "handover.sock"
 """Where a pre-started judge listens for the one job directory it will take."""
-MAX_REPLY_BYTES = 1 << 20
-"""A contestant reply longer than this is a protocol violation (outputs are described, not
-sent: array data lives in slots)."""
 
 
 class ArrayNode(_Msg):

@@ -13,157 +13,72 @@ seat's ``out_dir``; `Seat.move_artifacts` puts them into the job's directory at 
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
 import shutil
-import socket
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.exchange import Arena
-from nsight_core.protocol import (
-    CONTESTANT_SOCKET,
-    JOB_ARTIFACTS,
-    JUDGE_DIR,
-    MAX_REPLY_BYTES,
-    READY_LINE,
-    StandbySpec,
-)
-from nsight_core.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_sandboxed
+from nsight_core.launch import READY_LINE, Launched, LaunchPlan, launch
+from nsight_core.protocol import JOB_ARTIFACTS, JUDGE_DIR, StandbySpec
 from nsight_core.settings import JobSettings
 
-CONTESTANT_ENV_PREFIX = "NSPY_CONTESTANT_"
-"""Variables the judge gets for its contestant (pipeline.jit_cache_env), prefix removed."""
 
-IDLE_LIMIT_S = 24 * 3600.0
-"""The contestant's limit before its job: its judge's own limit (set by whoever started the
-judge) is what ends an idle seat; the job's limit is armed when the job arrives."""
-
-
-class ContestantGone(Exception):
-    """The contestant's process ended while the judge waited for it."""
-
-
-class Channel:
-    """The judge's end of the contestant's socket, with deadlines and a line-size cap."""
-
-    def __init__(self, path: Path) -> None:
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(path))
-        self._listener.listen(1)
-        self._listener.settimeout(0.2)
-        self._conn: socket.socket | None = None
-        self._buf = b""
-
-    def accept(self, alive: Callable[[], bool], deadline: float) -> None:
-        while self._conn is None:
-            if not alive():
-                raise ContestantGone("the contestant ended before it connected")
-            if time.monotonic() > deadline:
-                raise TimeoutError("the contestant did not connect in time")
-            with contextlib.suppress(TimeoutError):
-                conn, _ = self._listener.accept()
-                conn.settimeout(0.2)
-                self._conn = conn
-
-    def send(self, data: bytes) -> None:
-        assert self._conn is not None
-        self._conn.sendall(data + b"\n")
-
-    def recv_line(self, alive: Callable[[], bool]) -> bytes:
-        """The next line; raises ContestantGone when the process ends without one."""
-        assert self._conn is not None
-        while b"\n" not in self._buf:
-            if len(self._buf) > MAX_REPLY_BYTES:
-                raise ValueError(f"a reply longer than {MAX_REPLY_BYTES} bytes")
-            try:
-                chunk = self._conn.recv(1 << 16)
-            except TimeoutError:
-                if not alive():
-                    raise ContestantGone("the contestant ended during a call") from None
-                continue
-            if not chunk:
-                raise ContestantGone("the contestant closed its connection")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
-
-    def close(self) -> None:
-        for s in (self._conn, self._listener):
-            if s is not None:
-                with contextlib.suppress(OSError):
-                    s.close()
-
-
-class ContestantProcess:
-    """The contestant, run to its end by sandbox.py in a thread of the judge."""
-
-    def __init__(self, argv: list[str], cwd: Path, output_dir: Path, deadline: Deadline) -> None:
-        self.outcome: SandboxOutcome | None = None
-        self.cancel = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(argv, cwd, output_dir, deadline), daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, argv: list[str], cwd: Path, output_dir: Path, deadline: Deadline) -> None:
-        self.outcome = run_sandboxed(
-            argv,
-            cwd=cwd,
-            limits=SandboxLimits(wall_s=deadline.limit_s),
-            deadline=deadline,
-            env=contestant_env(),
-            cancel=self.cancel,
-            output_dir=output_dir,
-        )
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def wait(self, timeout: float) -> SandboxOutcome | None:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            self.cancel.set()
-            self._thread.join()
-        return self.outcome
-
-
-def contestant_env() -> dict[str, str]:
-    """The contestant's own settings the pipeline handed the judge (``NSPY_CONTESTANT_X``
-    becomes ``X``): its JIT caches, which are not the judge's."""
-    n = len(CONTESTANT_ENV_PREFIX)
-    return {k[n:]: v for k, v in os.environ.items() if k.startswith(CONTESTANT_ENV_PREFIX)}
+def plan_launch(spec: StandbySpec, out_dir: Path, *, prestarted: bool = False) -> LaunchPlan:
+    """The contestant's command for ``spec`` as its backend wraps it, in a fresh private
+    directory; made by the server for a cold job (judge_boot.py starts it) or by the judge."""
+    backend = get_backend(spec.backend)
+    private = Path(tempfile.mkdtemp(prefix="nspy-contestant-"))
+    argv = [
+        sys.executable, "-P", "-m", "nsight_core.contestant",
+        str(private), backend.child_timer, *(["--prestarted"] if prestarted else []),
+    ]  # fmt: skip
+    wrapped = backend.wrap(argv, spec.settings(), out_dir)
+    return LaunchPlan(
+        argv=list(wrapped.argv),
+        private=str(private),
+        out_dir=str(out_dir),
+        report_path=str(wrapped.report_path) if wrapped.report_path else None,
+        log_path=str(wrapped.log_path) if wrapped.log_path else None,
+    )
 
 
 class Seat:
     """A contestant started for a `StandbySpec`, waiting for its job."""
 
-    def __init__(self, spec: StandbySpec, out_dir: Path, *, prestarted: bool = False) -> None:
+    def __init__(
+        self,
+        spec: StandbySpec,
+        out_dir: Path,
+        *,
+        prestarted: bool = False,
+        launched: Launched | None = None,
+    ) -> None:
+        """Start the contestant for ``spec``, or adopt ``launched``: one that judge_boot.py
+        started from the server's `plan_launch` for this same spec and directory."""
         self.spec = spec
         self.out_dir = out_dir
         self.backend: Backend = get_backend(spec.backend)
         self.settings: JobSettings = spec.settings()
-        self.private = Path(tempfile.mkdtemp(prefix="nspy-contestant-"))
+        if launched is None:
+            launched = launch(plan_launch(spec, out_dir, prestarted=prestarted))
+        plan = launched.plan
+        self.private = Path(plan.private)
         self.arena = Arena(Path(tempfile.mkdtemp(prefix="nspy-slots-")), cuda_ipc=spec.cuda_ipc)
-        self.deadline = Deadline(IDLE_LIMIT_S)
-        self.chan = Channel(self.private / CONTESTANT_SOCKET)
-        argv = [
-            sys.executable, "-P", "-m", "nsight_core.contestant",
-            str(self.private), self.backend.child_timer,
-            *(["--prestarted"] if prestarted else []),
-        ]  # fmt: skip
-        self.wrapped: Wrapped = self.backend.wrap(argv, self.settings, out_dir)
-        self.proc = ContestantProcess(self.wrapped.argv, self.private, out_dir, self.deadline)
-        self.started = time.monotonic()
+        self.deadline = launched.deadline
+        self.chan = launched.chan
+        self.proc = launched.proc
+        self.started = launched.started
         # Asked now that the contestant is starting (`ncu --version` takes a moment).
-        self.wrapped = dataclasses.replace(self.wrapped, tool_version=self.backend.tool_version())
+        self.wrapped: Wrapped = Wrapped(
+            plan.argv,
+            self.backend.tool_version(),
+            Path(plan.report_path) if plan.report_path else None,
+            Path(plan.log_path) if plan.log_path else None,
+        )
         self.prestarted = prestarted
         self.ready = False
 

@@ -33,8 +33,8 @@ from nsight_core.collectors.cupti import (
     incomplete,
     kernel_name,
     kernels_in_window,
-    split_by_launch,
     launched_elsewhere,
+    split_by_launch,
     union_ns,
 )
 from nsight_core.errors import ErrorClass, NsightCoreError

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import pytest
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.judge import Judge, check_path_once
+from nsight_core.launch import LAUNCH_FILE, LaunchPlan
 from nsight_core.pipeline import jit_cache_env, run_profile_job
 from nsight_core.protocol import SampleEvent, StandbySpec, WorkerJob
 from nsight_core.request import ProfileRequest
@@ -187,3 +190,30 @@ def test_the_checking_path_a_pre_started_judge_warms_up_passes_on_identical_outp
     judge's real path and pass (a broken warm-up would only show as a slower first job)."""
     tally = check_path_once("cpu")
     assert tally.calls == 3 and tally.passed, tally.reasons
+
+
+def test_a_cold_job_starts_its_contestant_from_the_servers_plan_before_the_judge_imports(
+    tmp_path: Path,
+) -> None:
+    """The server writes the contestant's command (launch.json); judge_boot.py starts it
+    with the standard library alone, then imports the judge, which adopts that process."""
+    result = job_with_candidate(tmp_path, "same.py", "def cand(xs):\n    return sum(xs)\n", n=8)
+    assert result.status == "done", result.message
+    plan = LaunchPlan.read(tmp_path / "job")
+    assert plan is not None and "nsight_core.contestant" in plan.argv
+    assert result.provenance is not None and "spawn" in result.provenance.phase_seconds
+    assert not Path(plan.private).exists()  # the contestant's private directory is removed
+    heavy = ["pydantic", "numpy", "torch", "nsight_core.protocol", "nsight_core.judge"]
+    probe = f"import sys, nsight_core.judge_boot; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"  # nothing heavy before the contestant is spawned
+
+
+def test_a_launch_plan_that_is_not_one_is_ignored(tmp_path: Path) -> None:
+    assert LaunchPlan.read(tmp_path) is None
+    (tmp_path / LAUNCH_FILE).write_text('{"argv": "python -c 1", "private": "p", "out_dir": "o"}')
+    assert LaunchPlan.read(tmp_path) is None
+    (tmp_path / LAUNCH_FILE).write_text("[1, 2]")
+    assert LaunchPlan.read(tmp_path) is None
