@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.ncu_install import DEFAULT_CHIP, parse_list_chips, table_chips
 from nsight_core.probe import cache_dir, probe_environment
+from nsight_core.request import DEFAULT_METRIC
 from nsight_core.sandbox import run_command
 
 CATALOG_FORMAT = 1
@@ -692,6 +693,15 @@ def _select_catalog(
     if ncu is not None and catalog_version_dir(ncu[1]) != v:
         notes.append(f"catalog recorded with ncu {v}, this host has ncu {ncu[1]}")
     return load_shipped(chip, v)
+
+
+def warm_metric_check() -> None:
+    """Read, once per process, what a first metric check needs: the environment probe (GPU,
+    ncu's version, cupti) and this chip's catalog. A server calls it in a thread at its very
+    start, so a first request finds them read or waits only for the rest of that one read.
+    Failures are the request's own to report, so none is raised here."""
+    with contextlib.suppress(Exception):
+        validate_metrics([DEFAULT_METRIC])
 
 
 def validate_metrics(

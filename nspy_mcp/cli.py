@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 from collections.abc import Sequence
 
 from nspy_mcp.version import __version__
@@ -106,6 +107,11 @@ def _main(argv: Sequence[str] | None) -> int:
         http = getattr(args, "http", False)
         if not http and sys.stdin.isatty():
             sys.stderr.write(STDIO_TTY_NOTE)
+        # The environment probe and the chip's catalog, read while the MCP SDK imports
+        # (about half a second), so a first request seldom waits for them.
+        from nsight_core.catalog import warm_metric_check  # lazy: serve only
+
+        threading.Thread(target=warm_metric_check, name="nspy warm probe", daemon=True).start()
         from nspy_mcp.server import serve  # lazy: each command loads only what it needs
 
         return serve(

@@ -30,11 +30,11 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import Field
 
-from nsight_core.catalog import MetricsValidation
+from nsight_core.catalog import MetricsValidation, warm_metric_check
 from nsight_core.catalog import validate_metrics as catalog_validate_metrics
 from nsight_core.errors import NsightCoreError
 from nsight_core.probe import EnvironmentReport, probe_environment
-from nsight_core.request import DEFAULT_METRIC, ProfileRequest
+from nsight_core.request import ProfileRequest
 from nsight_core.results import JobStatus, ProfileResult
 from nsight_core.sandbox import protect_this_process
 from nsight_core.store import (
@@ -404,8 +404,7 @@ def warm_caches(locks: DeviceLocks) -> None:
     this GPU's chip. All are kept in the process; failures are the request's own to report."""
     with contextlib.suppress(Exception):
         locks.discover()
-        probe_environment()
-        catalog_validate_metrics([DEFAULT_METRIC])
+    warm_metric_check()  # a no-op when `nspy-mcp serve` began it before importing the server
 
 
 def build_server(
