@@ -12,6 +12,7 @@ Statistics are computed in this process, from the report or from raw per-run sam
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -168,8 +169,10 @@ def run_worker(
     if outcome is None:
         if job.mode == "request":
             # The contestant's command, so the judge can start it before its own imports.
-            plan = plan_launch(StandbySpec.of_job(job), job_dir)
-            plan.write(job_dir)
+            # Without a plan the judge makes the command itself, and reports what failed.
+            with contextlib.suppress(Exception):
+                plan = plan_launch(StandbySpec.of_job(job), job_dir)
+                plan.write(job_dir)
         outcome = run_sandboxed(
             argv,
             cwd=job_dir,
