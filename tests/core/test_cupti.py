@@ -32,7 +32,6 @@ from nsight_core.collectors.cupti import (
     harness_thread,
     incomplete,
     kernel_name,
-    kernels_in_window,
     launched_elsewhere,
     split_by_launch,
     union_ns,
@@ -126,7 +125,7 @@ def test_kernels_launched_in_the_window_are_kept_on_every_stream_in_start_order(
         KernelActivity("main", 1_002_000, 1_060_000, stream=7, correlation_id=11),
         KernelActivity("copy", 2_101_000, 2_102_000, stream=7, correlation_id=13),
     ]
-    kept = kernels_in_window(kernels, apis, T0, T1)
+    kept = split_by_launch(kernels, apis, T0, T1)[1]
     assert [(k.name, k.stream) for k in kept] == [("main", 7), ("side", 9)]
 
 
@@ -141,7 +140,7 @@ def test_attribution_follows_the_launch_not_the_device_clock() -> None:
         KernelActivity("late_clock", 2_000_500, 2_010_000, stream=7, correlation_id=21),
         KernelActivity("queued_before", 1_200_000, 1_300_000, stream=7, correlation_id=22),
     ]
-    assert [k.name for k in kernels_in_window(kernels, apis, T0, T1)] == ["late_clock"]
+    assert [k.name for k in split_by_launch(kernels, apis, T0, T1)[1]] == ["late_clock"]
 
 
 def test_a_kernel_without_a_launch_record_falls_back_to_its_device_start() -> None:
@@ -149,7 +148,7 @@ def test_a_kernel_without_a_launch_record_falls_back_to_its_device_start() -> No
         KernelActivity("inside", 1_400_000, 1_410_000, stream=7, correlation_id=31),
         KernelActivity("before", 900_000, 910_000, stream=7, correlation_id=32),
     ]
-    assert [k.name for k in kernels_in_window(kernels, [], T0, T1)] == ["inside"]
+    assert [k.name for k in split_by_launch(kernels, [], T0, T1)[1]] == ["inside"]
 
 
 def test_kernels_another_thread_launched_between_calls_are_found() -> None:
