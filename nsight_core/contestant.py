@@ -285,9 +285,15 @@ class Contestant:
             integrity=integrity,
             shadowed=shadowing_files(sorted(dirs)),
             confined=self.job.confine != "off" and self.not_confined is None,
-            notes=[self.not_confined] if self.not_confined else [],
+            notes=self._notes(),
             host_s={**self._take_startup_s(), "load": round(time.monotonic() - t0, 4)},
         )
+
+    def _notes(self) -> list[str]:
+        notes = [self.not_confined] if self.not_confined else []
+        if self._cupti is not None and self._cupti.api_filter not in ("", "launches"):
+            notes.append(f"cupti: {self._cupti.api_filter}")
+        return notes
 
     def serve(self, sock: socket.socket, reader: IO[bytes]) -> int:
         """Obey the judge on ``sock`` (already connected; its job line already read)."""

@@ -1,7 +1,8 @@
 """The `cupti` backend: kernel durations from CUPTI activity records, read inside the contestant.
 
 Child side (`CuptiTimer`, in the contestant only; ``cupti`` is imported there, never by the
-server): kernel, runtime-API and driver-API activity is enabled once; each timed call runs as
+server): kernel activity, and runtime/driver API activity of the launch functions only
+(`record_launches_only`), is enabled once; each timed call runs as
 
     sync; flush L2; sync; t0 = cupti.get_timestamp(); fn(); sync; t1 = cupti.get_timestamp()
     activity_flush_all(FLUSH_FORCED)
@@ -34,6 +35,7 @@ example does, since a record wraps a pointer into CUPTI's buffer.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fnmatch
 import importlib.util
@@ -146,8 +148,9 @@ def split_by_launch(
 
 
 def harness_thread(apis: Sequence[ApiActivity], t0: int) -> int | None:
-    """The thread of the last API call that started before ``t0``: the harness's device
-    synchronisation just before a call's window, on the thread that calls candidates."""
+    """The thread of the last launch that started before ``t0``: the harness's L2 flush,
+    launched just before a call's window on the thread that calls candidates (with every
+    API recorded, the device synchronisation after it)."""
     before = [a for a in apis if a.start < t0 and a.thread]
     return max(before, key=lambda a: a.start).thread if before else None
 
@@ -394,6 +397,53 @@ def flag_host_bound(rows: Sequence[Row]) -> list[Row]:
 
 # -- child side: the timer in the contestant ----------------------------------------------
 
+LAUNCH_APIS = ("cudaLaunch", "cudaGraphLaunch", "cuLaunch", "cuGraphLaunch")
+"""Name prefixes of the runtime and driver functions that launch kernels (plain, extended,
+cooperative, per-thread-stream and graph launches): the only API records a call's kernels
+are matched to. A CUDA graph's kernels carry the graph launch's correlation id."""
+
+
+def launch_cbids(members: Any) -> tuple[list[int], list[int]]:
+    """(launch callback ids, all others) of a cbid enum such as cupti's
+    ``runtime_api_trace_cbid``; its INVALID, SIZE and FORCE_INT markers are neither."""
+    keep: list[int] = []
+    drop: list[int] = []
+    for name, member in members.__members__.items():
+        if name in ("INVALID", "SIZE", "FORCE_INT"):
+            continue
+        (keep if name.startswith(LAUNCH_APIS) else drop).append(int(member))
+    return keep, drop
+
+
+def record_launches_only(cupti: Any) -> str:
+    """Record API activity for launch functions only; 'launches', or why every API is kept.
+
+    torch and Triton make a hundred runtime and driver calls around one launch (device and
+    context queries, stream checks); each became a record that the forced flush after every
+    call handed to Python, which took most of a timed call's milliseconds on the H200.
+    Switching the others off after the kinds are on is CUPTI's documented per-function
+    control (cuptiActivityEnableRuntimeApi / cuptiActivityEnableDriverApi). Where it fails,
+    every API stays recorded: slower, with the same attribution.
+    """
+    try:
+        for members, enable in (
+            (cupti.runtime_api_trace_cbid, cupti.activity_enable_runtime_api),
+            (cupti.driver_api_trace_cbid, cupti.activity_enable_driver_api),
+        ):
+            keep, drop = launch_cbids(members)
+            if not keep:
+                raise ValueError(f"{members.__name__} names no launch function")
+            for cbid in drop:
+                enable(cbid, 0)
+            for cbid in keep:
+                enable(cbid, 1)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            for kind in (cupti.ActivityKind.RUNTIME, cupti.ActivityKind.DRIVER):
+                cupti.activity_enable(kind)  # enabling a kind again forgets per-function choices
+        return f"all APIs recorded: the per-function switch failed ({type(exc).__name__}: {exc})"
+    return "launches"
+
 
 @dataclass
 class CuptiTimer:
@@ -406,6 +456,8 @@ class CuptiTimer:
     _kernel_kinds: frozenset[int] = frozenset()
     _api_kinds: frozenset[int] = frozenset()
     _harness_thread: int | None = None
+    api_filter: str = ""
+    """After `start`: 'launches' when only launch APIs are recorded, else why all are."""
     outside: list[str] = field(default_factory=list)
     """After `time_call`: names of kernels another thread launched since the previous timed
     call ended (`launched_elsewhere`); empty when there were none."""
@@ -425,6 +477,7 @@ class CuptiTimer:
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         for kind in (getattr(kinds, KERNEL_ACTIVITY), kinds.RUNTIME, kinds.DRIVER):
             cupti.activity_enable(kind)
+        self.api_filter = record_launches_only(cupti)
 
     def stop(self) -> None:
         """Flush and disable (the contestant's exit; harmless when never started)."""

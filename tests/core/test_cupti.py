@@ -7,6 +7,7 @@ functions over plain records, tested here with the real reduction (`reduce_runs`
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from nsight_core.collectors.cupti import (
     harness_thread,
     incomplete,
     kernel_name,
+    launch_cbids,
     launched_elsewhere,
     split_by_launch,
     union_ns,
@@ -152,7 +154,8 @@ def test_a_kernel_without_a_launch_record_falls_back_to_its_device_start() -> No
 
 
 def test_kernels_another_thread_launched_between_calls_are_found() -> None:
-    """The harness's thread is the one that synchronised last before the window; between
+    """The harness's thread is the one that launched last before the window (its L2
+    flush; its synchronisation too where every API is recorded); between
     calls only the harness launches on it, so anything launched on another thread is work
     outside every call's range."""
     harness, stray = 101, 202
@@ -199,6 +202,45 @@ def test_one_flush_after_the_call_splits_what_ran_before_inside_and_after_it() -
     assert [k.name for k in inside] == ["main", "no_api"]
     assert [k.name for k in after] == ["late"]
     assert [k.name for k in launched_elsewhere(before, apis, 101)] == ["stray"]
+
+
+def test_only_launch_functions_keep_their_api_records() -> None:
+    """The names follow cupti-python's callback-id enums: plain, extended, cooperative,
+    per-thread-stream and graph launches are kept; queries, syncs and copies are not, nor
+    the enum's INVALID/SIZE/FORCE_INT markers."""
+    cbid = enum.IntEnum(
+        "cbid",
+        [
+            ("INVALID", 0),
+            ("cudaGetDevice_v3020", 1),
+            ("cudaLaunchKernel_v7000", 2),
+            ("cudaStreamSynchronize_v3020", 3),
+            ("cudaLaunchKernelExC_ptsz_v11060", 4),
+            ("cudaGraphLaunch_v10000", 5),
+            ("cuCtxGetCurrent", 6),
+            ("cuLaunchKernelEx", 7),
+            ("cuGraphLaunch_ptsz", 8),
+            ("cuMemcpyDtoH_v2", 9),
+            ("SIZE", 10),
+            ("FORCE_INT", 0x7FFFFFFF),
+        ],
+    )
+    keep, drop = launch_cbids(cbid)
+    assert sorted(keep) == [2, 4, 5, 7, 8]
+    assert sorted(drop) == [1, 3, 6, 9]
+
+
+@pytest.mark.skipif(not HAVE_CUPTI, reason="cupti-python is not installed")
+def test_cuptis_own_enums_name_the_launch_functions() -> None:
+    from cupti import cupti  # type: ignore[import-not-found,unused-ignore]
+
+    for members, must in (
+        (cupti.runtime_api_trace_cbid, "cudaLaunchKernel_v7000"),
+        (cupti.driver_api_trace_cbid, "cuLaunchKernel"),
+    ):
+        keep, drop = launch_cbids(members)
+        assert int(members[must]) in keep
+        assert len(drop) > 10 * len(keep)
 
 
 def test_records_without_timestamps_are_found() -> None:

@@ -175,6 +175,21 @@ def test_setsid_double_fork_grandchild_is_killed_when_the_leader_exits_cleanly(
 
 
 @linux_only
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd_open")
+def test_the_leaders_exit_ends_the_wait_without_waiting_for_the_next_poll(
+    tmp_path: Path,
+) -> None:
+    """The leader closes its pipes first and exits later (as a process tearing down a CUDA
+    context does): its exit wakes the supervisor, not the next poll, here 20 s away."""
+    code = "import os, time; os.close(1); os.close(2); time.sleep(0.3)"
+    slow_polls = SandboxLimits(wall_s=60.0, poll_interval_s=20.0)
+    t0 = time.monotonic()
+    out = run_sandboxed([PY, "-c", code], cwd=tmp_path, limits=slow_polls)
+    assert out.error_class is None and out.exit_code == 0, out.message
+    assert time.monotonic() - t0 < 10.0
+
+
+@linux_only
 def test_setsid_grandchild_that_dropped_the_job_id_is_found_through_the_subreaper(
     tmp_path: Path,
 ) -> None:

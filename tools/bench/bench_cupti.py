@@ -25,6 +25,7 @@ Ratios are measured in this same command, never against a stored number.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -46,6 +47,24 @@ NCU_TIME = "gpu__time_duration.sum"
 SCREEN_RUNS = 20
 RAW_RUNS = 3
 GOAL_WALL_S, GOAL_RATIO, GOAL_DEV_PCT = 1.0, 0.15, 3.0
+
+
+def timeline(job_dir: Path, t0: float, wall: float) -> str:
+    """Where the wall time went outside the judge's phases: its phase events carry
+    time.monotonic(), one clock for every process of the host."""
+    stamps = []
+    with contextlib.suppress(OSError):
+        for line in (job_dir / "events.jsonl").read_text().splitlines():
+            ev = json.loads(line)
+            if ev.get("type") == "phase":
+                stamps.append(float(ev["t"]) - t0)
+    if not stamps:
+        return "no phase events"
+    first, last = min(stamps), max(stamps)
+    return (
+        f"first phase at {first:.3f} s, last phase end at {last:.3f} s, "
+        f"then {wall - last:.3f} s to the result (judge exit, process ends, assembly)"
+    )
 
 
 def run_screen(
@@ -76,6 +95,7 @@ def run_screen(
     how = "pre-started" if pool.taken > taken else "cold"
     phases = result.provenance.phase_seconds if result.provenance else {}
     sys.stderr.write(f"screen {tag} ({how}): {wall:.2f} s; phases {json.dumps(phases)}\n")
+    sys.stderr.write(f"screen {tag} timeline: {timeline(work / f'screen-{tag}', t0, wall)}\n")
     values = {
         (r.Annotation, r.ConfigId, r.Metric): statistics.median(
             v for v in r.RawValues if v is not None
