@@ -445,6 +445,11 @@ def record_launches_only(cupti: Any) -> str:
     return "launches"
 
 
+def _recorded_kinds(kinds: Any) -> tuple[Any, ...]:
+    """The activity kinds the timer enables (and disables at its end)."""
+    return (getattr(kinds, KERNEL_ACTIVITY), kinds.RUNTIME, kinds.DRIVER)
+
+
 @dataclass
 class CuptiTimer:
     """Kernel activity of each timed call; `start` once per contestant, then `time_call`."""
@@ -475,7 +480,7 @@ class CuptiTimer:
         self._kernel_kinds = frozenset({int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)})
         self._api_kinds = frozenset({int(kinds.RUNTIME), int(kinds.DRIVER)})
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
-        for kind in (getattr(kinds, KERNEL_ACTIVITY), kinds.RUNTIME, kinds.DRIVER):
+        for kind in _recorded_kinds(kinds):
             cupti.activity_enable(kind)
         self.api_filter = record_launches_only(cupti)
 
@@ -486,7 +491,7 @@ class CuptiTimer:
         cupti, self._cupti = self._cupti, None
         kinds = cupti.ActivityKind
         cupti.activity_flush_all(FLUSH_FORCED)
-        for kind in (getattr(kinds, KERNEL_ACTIVITY), kinds.RUNTIME, kinds.DRIVER):
+        for kind in _recorded_kinds(kinds):
             cupti.activity_disable(kind)
 
     @staticmethod

@@ -15,7 +15,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class Device:
 
     kind: str  # "torch-cuda" | "cupy" | "cpu"
     name: str = "cpu"
-    _flush_buf: Any = field(default=None, repr=False)
 
     def sync(self) -> None:
         if self.kind == "torch-cuda":
@@ -56,13 +55,12 @@ class Device:
     def flush_l2(self) -> None:
         if self.kind == "cpu":
             return
-        if self._flush_buf is None:
+        buf = _FLUSH_BUFFERS.get(self.kind)
+        if buf is None:
             # One buffer per framework and process: a pre-started contestant makes it
             # before its job (warm_gpu_path), so no call pays for 100+ MB of allocation.
-            if self.kind not in _FLUSH_BUFFERS:
-                _FLUSH_BUFFERS[self.kind] = self._alloc_flush_buffer()
-            self._flush_buf = _FLUSH_BUFFERS[self.kind]
-        self._flush_buf.sum()  # a float32 view: one reduction reads every line
+            buf = _FLUSH_BUFFERS[self.kind] = self._alloc_flush_buffer()
+        buf.sum()  # a float32 view: one reduction reads every line
 
     def _alloc_flush_buffer(self) -> Any:
         if self.kind == "torch-cuda":
