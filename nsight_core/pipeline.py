@@ -160,8 +160,8 @@ def run_worker(
     env = {"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(settings.gpu)}
     pool = standby if job.mode == "request" else None  # @kernel jobs always start cold
     key = StandbyKey.of(StandbySpec.of_job(job), env) if pool is not None else None
-    if pool is not None:
-        pool.settle()
+    if standby is not None:  # also before a job that will not use it: nothing may overlap
+        standby.settle()
     t0 = time.monotonic()
     outcome = None
     if pool is not None and key is not None:

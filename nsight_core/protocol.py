@@ -237,6 +237,10 @@ STANDBY_FILE = "standby.json"
 """A pre-started judge's `StandbySpec`, in the directory it is started with."""
 STANDBY_SOCKET = "handover.sock"
 """Where a pre-started judge listens for the one job directory it will take."""
+RELEASE_FD_ENV = "NSPY_RELEASE_FD"
+"""A pre-started judge's pipe to its pool: once the job's events are complete (DoneEvent
+written, file closed) the judge writes its exit code there, and the pool may hand the result
+on while the judge's process is still ending (standby.py)."""
 
 
 class ArrayNode(_Msg):

@@ -14,6 +14,10 @@ recent setting, two at most (a staged request uses two): each holds a CUDA conte
 memory) while it waits, and is retired after `NSPY_MCP_STANDBY_IDLE_S` (default 600 s), when
 a newer setting displaces it, or when the pool closes. A job starts only once every standby
 of its pool has finished starting, so no start-up overlaps a measurement.
+
+A pre-started judge releases its job once the job's events are complete (exit code 0 on a
+pipe only it inherits): the result is handed on while the judge's process still ends, and
+the next job waits for that end too (`settle`).
 ``NSPY_MCP_STANDBY=0`` turns the pool off (every job starts cold).
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import socket
 import sys
@@ -34,11 +39,18 @@ from pathlib import Path
 from nsight_core.protocol import (
     JUDGE_DIR,
     READY_FILE,
+    RELEASE_FD_ENV,
     STANDBY_FILE,
     STANDBY_SOCKET,
     StandbySpec,
 )
-from nsight_core.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_sandboxed
+from nsight_core.sandbox import (
+    Deadline,
+    SandboxLimits,
+    SandboxOutcome,
+    StreamCapture,
+    run_sandboxed,
+)
 
 STANDBY_ENV = "NSPY_MCP_STANDBY"
 """'0' turns pre-started judges off; anything else (or unset) leaves them on."""
@@ -76,6 +88,24 @@ def idle_limit_s() -> float:
     return value if value > 2 * _MARGIN_S else DEFAULT_IDLE_S
 
 
+def released(argv: list[str], wall_s: float) -> SandboxOutcome:
+    """The outcome of a judge that released its job with exit code 0: how it ended, as far
+    as the job is concerned (its output streams reach the job directory as files later)."""
+    empty = StreamCapture(b"", b"", 0, 0)
+    return SandboxOutcome(
+        argv=argv,
+        exit_code=0,
+        signal_name=None,
+        timed_out=False,
+        cancelled=False,
+        wall_s=wall_s,
+        stdout=empty,
+        stderr=empty,
+        error_class=None,
+        message="the judge released its job (events complete, exit code 0) and ended after",
+    )
+
+
 class Standby:
     """One pre-started judge (and, through it, its contestant), run by sandbox.py."""
 
@@ -88,22 +118,33 @@ class Standby:
         self.cancel = threading.Event()
         self.outcome: SandboxOutcome | None = None
         self.started = time.monotonic()
+        self.handed_at = self.started
+        """When its job was handed over (`hand`)."""
         self._poll: Callable[[], None] | None = None
+        # The judge's release pipe: it writes its exit code there once the job's events are
+        # complete (judge.release); only the judge inherits the write end.
+        self._release_r, self._release_w = os.pipe()
+        env = {**dict(key.env), RELEASE_FD_ENV: str(self._release_w)}
         argv = [sys.executable, "-P", "-m", "nsight_core.judge", "--standby", str(self.home)]
-        self._thread = threading.Thread(target=self._run, args=(argv, dict(key.env)), daemon=True)
+        self.argv = argv
+        self._thread = threading.Thread(target=self._run, args=(argv, env), daemon=True)
         self._thread.start()
 
     def _run(self, argv: list[str], env: dict[str, str]) -> None:
-        self.outcome = run_sandboxed(
-            argv,
-            cwd=self.home,
-            limits=SandboxLimits(wall_s=self.idle_s),
-            deadline=self.deadline,
-            env=env,
-            cancel=self.cancel,
-            poll=self._on_poll,
-            output_dir=self.home / JUDGE_DIR,
-        )
+        try:
+            self.outcome = run_sandboxed(
+                argv,
+                cwd=self.home,
+                limits=SandboxLimits(wall_s=self.idle_s),
+                deadline=self.deadline,
+                env=env,
+                cancel=self.cancel,
+                poll=self._on_poll,
+                output_dir=self.home / JUDGE_DIR,
+                pass_fds=(self._release_w,),
+            )
+        finally:
+            os.close(self._release_w)  # the judge has ended: the read end sees EOF
 
     def _on_poll(self) -> None:
         if self._poll is not None:
@@ -123,6 +164,7 @@ class Standby:
         """Give the judge ``job_dir`` (its job.json written); None when it took it, else why
         not (the caller then starts the job cold)."""
         self.deadline.arm(wall_s)
+        self.handed_at = time.monotonic()
         self._poll = poll
         end = time.monotonic() + HANDOVER_TIMEOUT_S
         path = str(self.home / STANDBY_SOCKET)
@@ -141,27 +183,45 @@ class Standby:
             return None if answer == "ok" else answer or "the standby judge ended"
         return "the standby judge ended before it took the job"
 
-    def wait(self, cancel: threading.Event | None) -> SandboxOutcome:
-        """The judge's outcome; setting ``cancel`` kills it and its contestant."""
+    def wait(self, cancel: threading.Event | None) -> SandboxOutcome | None:
+        """The judge's outcome; None once the judge released its job with exit code 0 (its
+        events complete) while its process is still ending. Setting ``cancel`` kills the
+        judge and its contestant."""
+        watch = True
         while self._thread.is_alive():
             if cancel is not None and cancel.is_set():
                 self.cancel.set()
-            self._thread.join(0.1)
+            if not watch:
+                self._thread.join(0.1)
+                continue
+            ready, _, _ = select.select([self._release_r], [], [], 0.1)
+            if ready:
+                line = os.read(self._release_r, 64)
+                if line.strip() == b"0":
+                    return None
+                watch = False  # another code, or EOF: the judge's outcome says what happened
         assert self.outcome is not None
         return self.outcome
 
     def collect(self, job_dir: Path) -> None:
-        """Move the judge's own output into the job's directory and remove the home."""
+        """Move the judge's own output into the job's directory and remove the home (after
+        the judge's process has ended)."""
+        self._thread.join()
         src = self.home / JUDGE_DIR
         if src.is_dir():
             (job_dir / JUDGE_DIR).mkdir(parents=True, exist_ok=True)
             for f in src.iterdir():
                 shutil.move(str(f), str(job_dir / JUDGE_DIR / f.name))
-        shutil.rmtree(self.home, ignore_errors=True)
+        self._close()
 
     def retire(self) -> None:
         self.cancel.set()
         self._thread.join()
+        self._close()
+
+    def _close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._release_r)
         shutil.rmtree(self.home, ignore_errors=True)
 
 
@@ -190,8 +250,12 @@ class StandbyPool:
         self._lock = threading.Lock()
         self._spares: dict[StandbyKey, Standby] = {}
         self._closed = False
+        self._draining: list[threading.Thread] = []
+        """Released jobs' judges still ending (`run`), waited for before the next job."""
         self.taken = 0
         """Jobs handed to a standby so far (the tests and benchmarks read it)."""
+        self.released = 0
+        """Of those, jobs whose judge released them before its process had ended."""
 
     @property
     def spare(self) -> Standby | None:
@@ -230,15 +294,31 @@ class StandbyPool:
             return None
         self.taken += 1
         outcome = spare.wait(cancel)
-        spare.collect(job_dir)
-        return outcome
+        if outcome is not None:
+            spare.collect(job_dir)
+            return outcome
+        # Released: the job's events are complete and the judge exited 0 in all but fact.
+        # Its process ends (and its own log reaches the job directory) in the background;
+        # the next job waits for that (`settle`), so no teardown overlaps a measurement.
+        drain = threading.Thread(target=spare.collect, args=(job_dir,), daemon=True)
+        drain.start()
+        with self._lock:
+            self._draining.append(drain)
+            self.released += 1
+        return released(spare.argv, time.monotonic() - spare.handed_at)
 
     def settle(self, timeout_s: float = HANDOVER_TIMEOUT_S) -> None:
-        """Wait until no standby is still starting: its imports and CUDA context creation
-        must not overlap a job's measurements on the same GPU."""
+        """Wait until no standby is still starting and no released judge is still ending:
+        imports, CUDA context creation and teardown must not overlap a job's measurements on
+        the same GPU."""
         end = time.monotonic() + timeout_s
         with self._lock:
             spares = list(self._spares.values())
+            draining = list(self._draining)
+        for drain in draining:
+            drain.join(max(0.0, end - time.monotonic()))
+        with self._lock:
+            self._draining = [d for d in self._draining if d.is_alive()]
         for spare in spares:
             while spare.alive() and not spare.ready() and time.monotonic() < end:
                 time.sleep(0.02)
@@ -262,3 +342,4 @@ class StandbyPool:
         for spare in spares:
             with contextlib.suppress(Exception):
                 spare.retire()
+        self.settle()  # released judges end under their own limits; wait for them

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.pipeline import run_profile_job
-from nsight_core.protocol import STANDBY_SOCKET
+from nsight_core.protocol import JUDGE_DIR, STANDBY_SOCKET, STDERR_FILE
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.sandbox import Deadline, SandboxLimits, run_sandboxed
@@ -72,18 +72,42 @@ def test_the_next_job_is_handed_to_a_pre_started_judge_and_judged_the_same(
     cold = run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
     assert pool.taken == 0 and cold.status == "done", cold.message
     time.sleep(1.0)  # an agent reads its answer; the standby starts meanwhile
+    spare = pool.spare
+    assert spare is not None
     warm = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
     assert pool.taken == 1 and warm.status == "done", warm.message
     assert verdicts(warm) == verdicts(cold) == [("good", True), ("wrong", False)]
     took = phases(warm)
     assert took["spawn"] == 0.0 and took["standby_idle"] > 0.0, took
     assert "standby_idle" not in phases(cold)
-    # Its files are the job's, as a cold job's are; nothing is left of the standby's home.
-    for name in ("events", "stdout", "stderr", "judge_stderr"):
+    # Its files are the job's, as a cold job's are. The judge released the job once its
+    # events were complete, so its own log arrives when its process has ended: before the
+    # next job may start (settle), with nothing left of the standby's home.
+    assert pool.released == 1
+    assert Path(cold.artifacts["judge_stderr"]).is_file(), cold.artifacts
+    for name in ("events", "stdout", "stderr"):
         assert Path(warm.artifacts[name]).is_file(), (name, warm.artifacts)
         assert str(tmp_path / "b") in warm.artifacts[name]
+    pool.settle()
+    assert (tmp_path / "b" / JUDGE_DIR / STDERR_FILE).is_file()
+    assert not spare.alive() and not spare.home.exists()
     rows = {r.Annotation: r for r in warm.rows}
     assert rows["good"].NumRuns == 3 and rows["ref"].NumRuns == 3 and "wrong" not in rows
+
+
+def test_a_job_whose_judge_ends_badly_is_not_released_and_fails_as_a_cold_one(
+    tmp_path: Path, pool: StandbyPool
+) -> None:
+    """Only exit code 0 releases a job early; any other code waits for the judge's outcome,
+    which says what happened, exactly as for a cold job."""
+    broken = request(
+        reference="broken", source=SOURCE + "\ndef broken(xs):\n    raise ValueError('no')\n"
+    )
+    cold = run_profile_job(broken, tmp_path / "a", result_id="a", standby=pool)
+    warm = run_profile_job(broken, tmp_path / "b", result_id="b", standby=pool)
+    assert pool.taken == 1 and pool.released == 0
+    assert cold.status == warm.status != "done", (cold.message, warm.message)
+    assert cold.message == warm.message
 
 
 def test_a_job_with_other_settings_retires_the_standby_and_starts_cold(
