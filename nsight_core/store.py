@@ -247,6 +247,13 @@ def _result_validator() -> Any:
     return cls(schema)
 
 
+def warm_result_validator() -> None:
+    """Build the validator stored results are checked with, once per process: checking the
+    schema itself takes about 0.3 s, which a server's first request paid unless its start-up
+    thread (``nspy-mcp serve``) did this first."""
+    _result_validator()
+
+
 def _speedup_span(values: Sequence[float]) -> str:
     lo, hi = min(values), max(values)
     return f"{lo:.3g}x" if abs(hi - lo) < 5e-4 * max(abs(hi), 1e-12) else f"{lo:.3g}x..{hi:.3g}x"

@@ -27,6 +27,14 @@ STDIO_TTY_NOTE = (
 )
 
 
+def _warm_first_request() -> None:
+    from nsight_core.catalog import warm_metric_check  # lazy: serve only
+    from nsight_core.store import warm_result_validator
+
+    warm_metric_check()
+    warm_result_validator()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nspy-mcp",
@@ -107,11 +115,10 @@ def _main(argv: Sequence[str] | None) -> int:
         http = getattr(args, "http", False)
         if not http and sys.stdin.isatty():
             sys.stderr.write(STDIO_TTY_NOTE)
-        # The environment probe and the chip's catalog, read while the MCP SDK imports
-        # (about half a second), so a first request seldom waits for them.
-        from nsight_core.catalog import warm_metric_check  # lazy: serve only
-
-        threading.Thread(target=warm_metric_check, name="nspy warm probe", daemon=True).start()
+        # What a first request would otherwise pay for, read while the MCP SDK imports
+        # (about half a second): the environment probe, the chip's catalog and the store's
+        # result validator.
+        threading.Thread(target=_warm_first_request, name="nspy warm probe", daemon=True).start()
         from nspy_mcp.server import serve  # lazy: each command loads only what it needs
 
         return serve(

@@ -25,6 +25,7 @@ from nsight_core.store import (
     Retention,
     default_store_root,
     validate_result_id,
+    warm_result_validator,
     write_atomic,
 )
 
@@ -120,6 +121,19 @@ def test_a_finished_result_reads_back_from_a_new_store_on_the_same_root(tmp_path
     summary = reopened.summary(done.result_id)
     assert summary.status == "done"
     assert summary.headlines == ["cand.py:fast: correct; speedup 2x (2/2 resolvable)"]
+
+
+def test_the_warmed_validator_is_the_one_results_are_read_with(tmp_path: Path) -> None:
+    """A server warms the validator at start; reading a result afterwards builds none."""
+    from nsight_core.store import _result_validator
+
+    warm_result_validator()
+    built = _result_validator.cache_info().misses
+    store = ResultStore(tmp_path)
+    placeholder = store.create(_request())
+    assert store.load(placeholder.result_id).result_id == placeholder.result_id
+    info = _result_validator.cache_info()
+    assert info.currsize == 1 and info.misses == built and info.hits >= 1
 
 
 def test_a_new_job_is_queued_then_running_and_its_dir_is_the_job_dir(tmp_path: Path) -> None:
