@@ -29,7 +29,7 @@ STDIO_TTY_NOTE = (
 
 def _warm_first_request() -> None:
     from nsight_core.catalog import warm_metric_check  # lazy: serve only
-    from nsight_core.store import warm_result_validator
+    from nsight_core.store import warm_result_validator  # lazy: serve only
 
     warm_metric_check()
     warm_result_validator()

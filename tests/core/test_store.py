@@ -23,6 +23,7 @@ from nsight_core.store import (
     ResultFilter,
     ResultStore,
     Retention,
+    _result_validator,
     default_store_root,
     validate_result_id,
     warm_result_validator,
@@ -125,8 +126,6 @@ def test_a_finished_result_reads_back_from_a_new_store_on_the_same_root(tmp_path
 
 def test_the_warmed_validator_is_the_one_results_are_read_with(tmp_path: Path) -> None:
     """A server warms the validator at start; reading a result afterwards builds none."""
-    from nsight_core.store import _result_validator
-
     warm_result_validator()
     built = _result_validator.cache_info().misses
     store = ResultStore(tmp_path)
