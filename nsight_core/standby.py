@@ -14,11 +14,11 @@ recent setting, two at most (a staged request uses two): each holds a CUDA conte
 memory) while it waits, and is retired after `NSPY_MCP_STANDBY_IDLE_S` (default 600 s), when
 a newer setting displaces it, or when the pool closes. A job starts only once every standby
 of its pool has finished starting, so no start-up overlaps a measurement.
+``NSPY_MCP_STANDBY=0`` turns the pool off (every job starts cold).
 
 A pre-started judge releases its job once the job's events are complete (exit code 0 on a
 pipe only it inherits): the result is handed on while the judge's process still ends, and
 the next job waits for that end too (`settle`).
-``NSPY_MCP_STANDBY=0`` turns the pool off (every job starts cold).
 """
 
 from __future__ import annotations
@@ -220,8 +220,9 @@ class Standby:
         self._close()
 
     def _close(self) -> None:
-        with contextlib.suppress(OSError):
+        if self._release_r >= 0:  # once: a closed number may be reused by another file
             os.close(self._release_r)
+            self._release_r = -1
         shutil.rmtree(self.home, ignore_errors=True)
 
 
