@@ -29,10 +29,12 @@ STDIO_TTY_NOTE = (
 
 def _warm_first_request() -> None:
     from nsight_core.catalog import warm_metric_check  # lazy: serve only
+    from nsight_core.extract import warm_report_reader  # lazy: serve only
     from nsight_core.store import warm_result_validator  # lazy: serve only
 
     warm_metric_check()
     warm_result_validator()
+    warm_report_reader()  # last: a first result needs it seconds later, not at once
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -8,6 +8,8 @@ does not exist yet; the error-path tests always run.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +185,37 @@ def test_unreadable_report_is_a_profiler_error(tmp_path: Path) -> None:
     with pytest.raises(NsightCoreError) as err:
         extract_records(bad, [T])
     assert err.value.error_class is ErrorClass.PROFILER_ERROR
+
+
+def test_the_shipped_warmup_report_is_the_recorded_fixture_and_warms_the_reader() -> None:
+    """`nspy-mcp serve` reads the report shipped in the package once at start, so its first
+    result does not pay for ncu_report's import and set-up. In a fresh interpreter: the file is
+    the recorded fixture, the warm-up leaves the reader loaded, and its three ranges read."""
+    from nsight_core.extract import WARMUP_REPORT
+
+    assert WARMUP_REPORT.read_bytes() == (DATA / "range_replay.ncu-rep").read_bytes()
+    code = (
+        "import sys\n"
+        "from nsight_core.extract import WARMUP_REPORT, extract_records, warm_report_reader\n"
+        "assert 'ncu_report' not in sys.modules\n"
+        "warm_report_reader()\n"
+        "assert 'ncu_report' in sys.modules\n"
+        "print(sorted({a.workload for a in extract_records(WARMUP_REPORT).actions}),"
+        " len(extract_records(WARMUP_REPORT).actions))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["['range']", "3"]
+
+
+def test_the_reader_warmup_without_ncu_report_does_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the reader the warm-up is silent: the job's own read says what is missing."""
+    from nsight_core.extract import WARMUP_REPORT, warm_report_reader
+
+    monkeypatch.setitem(sys.modules, "ncu_report", None)  # import ncu_report -> ImportError
+    warm_report_reader()  # raises nothing
+    with pytest.raises(NsightCoreError, match="ncu_report package is not importable"):
+        extract_records(WARMUP_REPORT)

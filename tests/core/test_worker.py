@@ -217,3 +217,29 @@ def test_a_launch_plan_that_is_not_one_is_ignored(tmp_path: Path) -> None:
     assert LaunchPlan.read(tmp_path) is None
     (tmp_path / LAUNCH_FILE).write_text("[1, 2]")
     assert LaunchPlan.read(tmp_path) is None
+
+
+_EXIT_PROBE = """
+import atexit, ctypes, sys
+from nsight_core.contestant import exit_native
+atexit.register(lambda: print("python-atexit", flush=True))
+handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p)
+def c_handler(status, arg):
+    sys.stdout.write(f"c-exit-handler {status}\\n")
+    sys.stdout.flush()
+handler = handler_type(c_handler)
+ctypes.CDLL(None).on_exit(handler, None)  # what ncu's injected library relies on
+sys.stdout.write("buffered ")
+exit_native(3)
+"""
+
+
+def test_a_native_exit_runs_c_exit_handlers_and_flushes_but_skips_pythons_teardown() -> None:
+    """A contestant under ncu ends through C's exit: ncu finishes its report in C exit
+    handlers, which run (with the exit code), while Python's finalization and its atexit
+    callbacks are skipped; its buffered output still arrives."""
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", _EXIT_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.split() == ["buffered", "c-exit-handler", "3"]
