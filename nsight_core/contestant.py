@@ -20,6 +20,7 @@ function, which annotates itself, run per (config, run); it writes events.jsonl 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import importlib
@@ -147,12 +148,15 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def exit_native(code: int) -> None:
+def exit_native(code: int, *, python_atexit: bool = False) -> None:
     """End this process through C's ``exit``: C atexit handlers and library destructors run
-    (ncu's injected library finishes its report there), Python's finalization and its
-    ``atexit`` callbacks do not (module teardown: 0.25-0.5 s of ncu's end on the H200 with
-    torch loaded). The GIL stays held (`ctypes.PyDLL`), so no other Python thread runs
-    while the libraries end."""
+    (ncu's injected library finishes its report there), Python's finalization does not
+    (module teardown: 0.25-0.5 s of ncu's end on the H200 with torch loaded). The GIL stays
+    held (`ctypes.PyDLL`), so no other Python thread runs while the libraries end; torch's
+    autograd threads are not waited for (after a CUDA backward pass the exit took 0.37 s,
+    a normal one 0.62-0.67 s). ``python_atexit`` runs Python's atexit callbacks first."""
+    if python_atexit:
+        atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -565,7 +569,9 @@ def main(argv: list[str]) -> int:
     # judge dies its socket closes, and the contestant's watchdog ends the whole group.
     die_with_parent()
     if len(argv) == 3 and argv[1] == "--function":
-        return _function_main(Path(argv[2]))
+        code = _function_main(Path(argv[2]))
+        exit_native(code, python_atexit=True)  # the user's function's own callbacks run
+        return code
     prestarted = argv[3:] == ["--prestarted"]
     if (
         len(argv) not in (3, 4)

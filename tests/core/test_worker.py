@@ -230,16 +230,23 @@ def c_handler(status, arg):
 handler = handler_type(c_handler)
 ctypes.CDLL(None).on_exit(handler, None)  # what ncu's injected library relies on
 sys.stdout.write("buffered ")
-exit_native(3)
+exit_native(3, python_atexit=len(sys.argv) > 1)
 """
 
 
-def test_a_native_exit_runs_c_exit_handlers_and_flushes_but_skips_pythons_teardown() -> None:
+@pytest.mark.parametrize("python_atexit", [False, True])
+def test_a_native_exit_runs_c_exit_handlers_and_flushes_but_skips_pythons_teardown(
+    python_atexit: bool,
+) -> None:
     """A contestant under ncu ends through C's exit: ncu finishes its report in C exit
-    handlers, which run (with the exit code), while Python's finalization and its atexit
-    callbacks are skipped; its buffered output still arrives."""
+    handlers, which run (with the exit code), while Python's finalization is skipped; its
+    buffered output still arrives. The `@kernel` mode also runs Python's atexit callbacks."""
     out = subprocess.run(
-        [sys.executable, "-P", "-c", _EXIT_PROBE], capture_output=True, text=True, timeout=120
+        [sys.executable, "-P", "-c", _EXIT_PROBE, *(["atexit"] if python_atexit else [])],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 3, out.stderr
-    assert out.stdout.split() == ["buffered", "c-exit-handler", "3"]
+    expected = ["buffered", *(["python-atexit"] if python_atexit else []), "c-exit-handler", "3"]
+    assert out.stdout.split() == expected
