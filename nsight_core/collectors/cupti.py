@@ -50,7 +50,6 @@ from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.events import Device, sync_all
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord
-from nsight_core.probe import probe_environment
 from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
@@ -609,6 +608,8 @@ class CuptiBackend(Backend):
                 f"that runs contestants ({sys.executable})",
                 CUPTI_INSTALL_HINT,
             )
+        from nsight_core.probe import probe_environment  # lazy: server side only
+
         status = probe_environment().backend("cupti")
         if not status.available:
             raise NsightCoreError(
