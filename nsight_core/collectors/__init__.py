@@ -1,8 +1,8 @@
 """Backends (see base.py for the interface), each imported when it is first asked for.
 
 A contestant imports only its own timer's module: importing every backend here would load
-ncu's too, and with it the metric catalog, diagnose and the environment probe (about 40 ms of
-every contestant's and judge's start on CPU).
+ncu's too, and with it the metric catalog, diagnose and the environment probe (on CPU,
+`import nsight_core.contestant` took 0.36 s with them and 0.25 s without).
 """
 
 from nsight_core.collectors.base import Backend
