@@ -118,8 +118,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if not http and sys.stdin.isatty():
             sys.stderr.write(STDIO_TTY_NOTE)
         # What a first request would otherwise pay for, read while the MCP SDK imports
-        # (about half a second): the environment probe, the chip's catalog and the store's
-        # result validator.
+        # (about half a second): the environment probe, the chip's catalog, the store's
+        # result validator and ncu_report's reader.
         threading.Thread(target=_warm_first_request, name="nspy warm probe", daemon=True).start()
         from nspy_mcp.server import serve  # lazy: each command loads only what it needs
 

@@ -71,9 +71,10 @@ handed over and another requested, so this only sets how often that happens."""
 KERNEL_ACTIVITY = "KERNEL"
 """CUPTI's kernel record kind: ``KERNEL`` runs the process's kernels one at a time, as ncu
 does, and times each one as ncu times it; ``CONCURRENT_KERNEL`` lets them overlap. On the
-H200 (softmax sweep, L2 flushed) ``KERNEL`` matched ncu's gpu__time_duration within 3 %
-(-1.0 to +2.7 % over five runs) on three of four kernels, where ``CONCURRENT_KERNEL`` read
-0.2-1.5 us (up to 13 %) below it; the 9 us Triton kernel reads +6 to +9 % with ``KERNEL``."""
+H200 (softmax sweep, L2 flushed) ``KERNEL`` matched ncu's gpu__time_duration within -1.0 to
++3.3 % over seven runs on three of four kernels, where ``CONCURRENT_KERNEL`` read 0.2-1.5 us
+(up to 13 %) below it; the 9 us Triton kernel reads +4.7 to +9.2 % with ``KERNEL``
+(docs/backends.md)."""
 FLUSH_FORCED = 1
 """CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: hand over partly filled buffers too (after a device
 synchronization every record of the call is complete)."""
