@@ -57,6 +57,7 @@ from nsight_core.contestant import (
     seed_all,
 )
 from nsight_core.diagnose import nbytes_of
+from nsight_core.early_cuda import EarlyCuda
 from nsight_core.errors import ErrorClass, WorkerExit
 from nsight_core.launch import Channel, ContestantGone, ContestantProcess, Launched
 from nsight_core.loader import load_callable
@@ -721,13 +722,19 @@ def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, WorkerJob]
     return None
 
 
-def main(argv: list[str], launched: Launched | None = None, *, watched: bool = False) -> int:
+def main(
+    argv: list[str],
+    launched: Launched | None = None,
+    *,
+    watched: bool = False,
+    early: EarlyCuda | None = None,
+) -> int:
     """``judge JOB_DIR`` (a job known at start) or ``judge --standby DIR`` (pre-started by
     standby.py: start the contestant, then wait for a job directory on DIR's socket).
 
     ``launched``: the contestant judge_boot.py already started from the job's launch plan,
     before this module was imported; ``watched``: judge_boot.py started the parent-pipe
-    watch already."""
+    watch already; ``early``: the CUDA context judge_boot.py began on a side thread."""
     if not watched:
         watch_parent_pipe()  # die with the pipeline's server, whatever kills it
     release_fd = _release_fd()
@@ -759,7 +766,7 @@ def main(argv: list[str], launched: Launched | None = None, *, watched: bool = F
     spawn_s = seat.started - time.monotonic() + process_age_s()
     # While the contestant starts: this process's own frameworks and CUDA context.
     preload_frameworks(PRESTART_FRAMEWORKS if standby else FRAMEWORKS)
-    init_cuda()
+    init_cuda(early)
     warm_checks()  # cold or pre-started, the contestant takes longer to start than this
     if listener is not None:
         try:

@@ -166,3 +166,41 @@ def test_validate_metrics_live_against_ncu() -> None:
     statuses = [m.status for m in report.metrics]
     assert statuses == ["valid", "unknown", "needs_suffix"]
     assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" in report.metrics[1].suggestions
+
+
+@pytest.mark.gpu
+def test_the_early_cuda_thread_makes_the_context_torch_then_uses() -> None:
+    """As a job's process starts (early_cuda.py): the side thread makes device 0's primary
+    context while torch is imported, and torch's first CUDA tensor lands in that context,
+    not in a second one."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import ctypes, time
+        t0 = time.monotonic()
+        from nsight_core.early_cuda import EarlyCuda
+        early = EarlyCuda()
+        from nsight_core.contestant import init_cuda, preload_frameworks
+        preload_frameworks(("numpy", "torch"))
+        t1 = time.monotonic()
+        init_cuda(early)
+        t2 = time.monotonic()
+        import torch
+        assert early.error is None, early.error
+        current = ctypes.c_void_p()
+        assert ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent(ctypes.byref(current)) == 0
+        assert current.value == early.context, (current.value, early.context)
+        x = torch.arange(4, device="cuda", dtype=torch.float32)
+        assert float(x.sum()) == 6.0
+        print(f"imports {t1 - t0:.3f} s; side thread {early.seconds:.3f} s; "
+              f"init_cuda after the imports {t2 - t1:.3f} s")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    print(out.stdout, out.stderr[-2000:])
+    assert out.returncode == 0, out.stderr[-2000:]
