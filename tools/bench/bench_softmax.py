@@ -226,6 +226,13 @@ def startup_costs() -> str:
         t0 = time.monotonic()
         subprocess.run(cmd, check=True, capture_output=True, timeout=120, cwd=ROOT)
         out.append(f"{name}: {time.monotonic() - t0:.2f} s")
+    compiled = any((ROOT / "nsight_core" / "__pycache__").glob("contestant.*.pyc"))
+    if not compiled and sys.flags.dont_write_bytecode:
+        out.append(
+            "NOTE: no bytecode for this checkout and PYTHONDONTWRITEBYTECODE is set, so every "
+            "job process compiles it from source (run python -m compileall nsight_core "
+            "nspy_mcp first, as tools/gpu_check.sh does)"
+        )
     return "fixed costs: " + "; ".join(out)
 
 
