@@ -155,9 +155,7 @@ def run_worker(
         wrapped = dataclasses.replace(wrapped, tool_version=backend.tool_version())
         argv, wall, output_dir = wrapped.argv, settings.time_limit_s, job_dir
     tail = EventTail(job_dir / EVENTS_FILE, on_progress)
-    package_root = str(Path(__file__).resolve().parents[1])
-    pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(settings.gpu)}
+    env = job_env(settings.gpu)
     pool = standby if job.mode == "request" else None  # @kernel jobs always start cold
     key = StandbyKey.of(StandbySpec.of_job(job), env) if pool is not None else None
     if standby is not None:  # also before a job that will not use it: nothing may overlap
@@ -220,6 +218,14 @@ def run_worker(
         wall_s=wall_s,
         artifacts=artifacts,
     )
+
+
+def job_env(gpu: str | None) -> dict[str, str]:
+    """The environment a job's processes get on top of the allowlist: this package on
+    PYTHONPATH, the JIT caches and the GPU (a standby's key holds it: standby.py)."""
+    package_root = str(Path(__file__).resolve().parents[1])
+    pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(gpu)}
 
 
 def gpu_env(gpu: str | None) -> dict[str, str]:

@@ -55,12 +55,19 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.pipeline import job_env
 from nsight_core.probe import gpu_process_counts, list_gpus
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.stages import StageUpdate, preflight_request, run_job
-from nsight_core.standby import StandbyPool, standby_enabled
+from nsight_core.standby import (
+    StandbyKey,
+    StandbyMemory,
+    StandbyPool,
+    prestart_enabled,
+    standby_enabled,
+)
 from nsight_core.store import TERMINAL, ResultStore
 from nspy_mcp.progress import ProgressTracker, ProgressUpdate
 
@@ -238,6 +245,10 @@ class DeviceLocks:
             await anyio.to_thread.run_sync(self.discover)
         assert self._slots is not None
         return self._slots
+
+    def known_slots(self) -> list[GpuSlot]:
+        """The slots, once `discover` has read them (else none)."""
+        return list(self._slots or [])
 
     def discover(self) -> None:
         """Read the slots now, from any thread (the server starts it at start, so the first
@@ -432,17 +443,33 @@ class Executor(Protocol):
         ...
 
 
+PRESTART_WAIT_S = 30.0
+"""How long a job waits for the server's start to have started the remembered standbys."""
+
+
 class LocalExecutor:
     """Jobs on this host: one per GPU (one at a time on a host without a GPU)."""
 
-    def __init__(self, locks: DeviceLocks, *, final_backend: str | None = None) -> None:
+    def __init__(
+        self,
+        locks: DeviceLocks,
+        *,
+        final_backend: str | None = None,
+        memory: StandbyMemory | None = None,
+    ) -> None:
         self.locks = locks
         self.final_backend = final_backend
         """Backend of a staged request's profile stage instead of the request's (ncu): for
         tests on hosts without ncu."""
+        self.memory = memory
+        """Where the pools write their standbys' settings (the result store), and whence
+        `prestart` reads them."""
         self._pools: dict[str, StandbyPool] = {}
         self._pools_lock = threading.Lock()
         self._closed = False
+        self._prestarted = False
+        self._prestart_done = threading.Event()
+        self._prestart_done.set()
 
     def standby(self, slot: GpuSlot) -> StandbyPool | None:
         """The slot's pool of pre-started judges (nsight_core/standby.py); None when they are
@@ -452,7 +479,36 @@ class LocalExecutor:
         with self._pools_lock:
             if self._closed:
                 return None
-            return self._pools.setdefault(slot.key, StandbyPool())
+            pool = self._pools.get(slot.key)
+            if pool is None:
+                pool = self._pools[slot.key] = StandbyPool(memory=self.memory, slot=slot.key)
+            return pool
+
+    def begin_prestart(self) -> None:
+        """Start, on a thread, the standbys an earlier server on this store left settings
+        for (once per executor; NSPY_MCP_STANDBY_AT_START=0 turns it off). Jobs wait for that
+        thread (`PRESTART_WAIT_S` at most), so no job is measured while it starts them."""
+        with self._pools_lock:
+            if self._prestarted or self.memory is None or not prestart_enabled():
+                return
+            self._prestarted = True
+            self._prestart_done.clear()
+        threading.Thread(target=self._prestart, name="nspy prestart", daemon=True).start()
+
+    def _prestart(self) -> None:
+        try:
+            assert self.memory is not None
+            self.locks.discover()
+            for slot in self.locks.known_slots():
+                specs = self.memory.recall(slot.key)
+                pool = self.standby(slot) if specs else None
+                if pool is not None:
+                    env = job_env(slot.visible)
+                    pool.prestart([StandbyKey.of(spec, env) for spec in specs])
+        except Exception:
+            log.exception("starting the remembered standbys failed; jobs start cold")
+        finally:
+            self._prestart_done.set()
 
     def close(self) -> None:
         """Retire every pre-started judge; no new one starts after this."""
@@ -486,6 +542,7 @@ class LocalExecutor:
     async def _call_engine(self, job: Job, queue: JobQueue, slot: GpuSlot) -> ProfileResult:
         def engine() -> ProfileResult:
             try:
+                self._prestart_done.wait(PRESTART_WAIT_S)
                 return run_job(
                     job.request,
                     job.job_dir,

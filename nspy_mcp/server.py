@@ -37,6 +37,7 @@ from nsight_core.probe import EnvironmentReport, probe_environment
 from nsight_core.request import ProfileRequest
 from nsight_core.results import JobStatus, ProfileResult
 from nsight_core.sandbox import protect_this_process
+from nsight_core.standby import MEMORY_FILE, StandbyMemory
 from nsight_core.store import (
     RESULT_ID_PATTERN,
     CorruptResultError,
@@ -425,13 +426,19 @@ def build_server(
         store if isinstance(store, ResultStore) else ResultStore(store, retention=retention)
     )
     scheduler = parse_executor(executor)
-    local = LocalExecutor(locks or DeviceLocks(), final_backend=final_stage_backend)
+    local = LocalExecutor(
+        locks or DeviceLocks(),
+        final_backend=final_stage_backend,
+        memory=StandbyMemory(result_store.root / MEMORY_FILE),
+    )
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
         threading.Thread(
             target=warm_caches, args=(local.locks,), name="nspy warm caches", daemon=True
         ).start()
+        if scheduler is None:
+            local.begin_prestart()  # the settings an earlier server's jobs used, started now
         async with contextlib.AsyncExitStack() as stack:
             runner: Executor = local
             if scheduler is not None:

@@ -17,7 +17,7 @@ from nsight_core.protocol import JUDGE_DIR, STANDBY_SOCKET, STDERR_FILE
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.sandbox import Deadline, SandboxLimits, run_sandboxed
-from nsight_core.standby import StandbyPool
+from nsight_core.standby import StandbyKey, StandbyMemory, StandbyPool
 
 SOURCE = """
 import os
@@ -221,3 +221,75 @@ def test_only_the_pool_that_started_a_judge_can_hand_it_a_job(
     assert spare.alive() and not (forged / "events.jsonl").exists()
     result = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
     assert pool.taken == 1 and verdicts(result) == [("good", True), ("wrong", False)]
+
+
+def test_a_pool_with_memory_writes_its_settings_and_a_later_pool_pre_starts_them(
+    tmp_path: Path,
+) -> None:
+    """What a restarted server does (jobs.LocalExecutor.begin_prestart): the first pool's
+    job leaves the settings in the store's file; a new pool started from that file hands
+    its first job to the pre-started pair, judged the same as the cold one."""
+    memory = StandbyMemory(tmp_path / "standby.json")
+    first = StandbyPool(memory=memory, slot="cpu")
+    try:
+        cold = run_profile_job(request(), tmp_path / "a", result_id="a", standby=first)
+        spare = first.spare
+        assert spare is not None
+    finally:
+        first.close()
+    specs = memory.recall("cpu")
+    assert [s.model_dump_json() for s in specs] == [spare.key.spec]
+    assert memory.recall("gpu-7") == []
+    second = StandbyPool(memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu")
+    try:
+        second.prestart([StandbyKey.of(s, dict(spare.key.env)) for s in specs])
+        started = second.spare
+        assert started is not None and started.speculative
+        deadline = time.monotonic() + 60
+        while not started.ready() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the agent's first thought: the pair is up before the request
+        warm = run_profile_job(request(), tmp_path / "b", result_id="b", standby=second)
+    finally:
+        second.close()
+    assert second.taken == 1 and warm.status == "done", warm.message
+    assert verdicts(warm) == verdicts(cold) == [("good", True), ("wrong", False)]
+    assert phases(warm)["spawn"] == 0.0 and "standby_idle" in phases(warm)
+
+
+def test_a_job_retires_a_speculative_standby_still_starting_instead_of_waiting(
+    tmp_path: Path,
+) -> None:
+    """A remembered setting's standby must not make a job slower than a cold start: one that
+    still starts when a job arrives (whatever the job's settings) is retired at once; a
+    ready one stays for the job."""
+    pool = StandbyPool(memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu")
+    try:
+        run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
+        used = pool.spare
+        assert used is not None
+        pool.settle()
+        old = used.key
+        pool.close()
+        pool = StandbyPool(memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu")
+        pool.prestart([old])
+        spare = pool.spare
+        assert spare is not None and not spare.ready()
+        t0 = time.monotonic()
+        pool.settle()
+        assert time.monotonic() - t0 < 5.0
+        assert pool.spare is None and not spare.alive() and not spare.home.exists()
+        # A standby started after a job (not speculative) is waited for, as before.
+        pool.refill(old)
+        again = pool.spare
+        assert again is not None and not again.speculative
+        pool.settle()
+        assert pool.spare is again and again.ready()
+    finally:
+        pool.close()
+
+
+def test_a_memory_file_that_is_not_ours_is_read_as_empty(tmp_path: Path) -> None:
+    path = tmp_path / "standby.json"
+    for text in ("not json", "[1, 2]", '{"slots": {"cpu": [{"backend": 3}]}}', '{"slots": 5}'):
+        path.write_text(text)
+        assert StandbyMemory(path).recall("cpu") == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from nsight_core.protocol import READY_FILE
 from tests.core.test_sandbox import alive
 from tests.mcp.test_server import softmax_request, structured
 
@@ -37,6 +39,11 @@ def standby_pids() -> set[int]:
         if b"nsight_core.judge" in cmd and b"--standby" in cmd:
             found.add(int(entry.name))
     return found
+
+
+def ready_standbys() -> set[Path]:
+    """Homes of pre-started judges whose pair has started (standby.py's ready file)."""
+    return {p.parent for p in Path(tempfile.gettempdir()).glob(f"nspy-standby-*/{READY_FILE}")}
 
 
 def server_params(tmp_path: Path) -> StdioServerParameters:
@@ -132,3 +139,46 @@ async def test_a_server_killed_with_sigkill_takes_its_pre_started_judge_and_cont
     while not all_descendants_gone(family) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all_descendants_gone(family), "a pre-started process outlived its killed server"
+
+
+async def test_a_restarted_server_pre_starts_the_settings_its_store_remembers(
+    tmp_path: Path,
+) -> None:
+    """A second server on the same store starts the standby the first one left settings
+    for (`standby.json` in the store) at its own start: its first request, sent once that
+    pair is up, is handed over.
+    With NSPY_MCP_STANDBY_AT_START=0 a third one starts its first request cold."""
+    params = server_params(tmp_path)
+    with anyio.fail_after(240):
+        async with Client(params) as client:
+            first = structured(
+                await client.call_tool("profile_candidates", {"request": softmax_request()})
+            )
+        assert (tmp_path / "store" / "standby.json").is_file()
+        before = ready_standbys()
+        async with Client(params) as client:
+            # The agent's first thought: the pair the server started is up before the request
+            # (one still starting would be retired and the request would start cold).
+            with anyio.fail_after(60):
+                while not ready_standbys() - before:
+                    await anyio.sleep(0.05)
+            second = structured(
+                await client.call_tool("profile_candidates", {"request": softmax_request()})
+            )
+        off = StdioServerParameters(
+            command=params.command,
+            args=params.args,
+            env={**(params.env or {}), "NSPY_MCP_STANDBY_AT_START": "0"},
+        )
+        async with Client(off) as client:
+            third = structured(
+                await client.call_tool("profile_candidates", {"request": softmax_request()})
+            )
+    answers = (first, second, third)
+    assert [a["status"] for a in answers] == ["done"] * 3, [a["message"] for a in answers]
+    phases = [a["provenance"]["phase_seconds"] for a in answers]
+    assert "standby_idle" not in phases[0] and phases[0]["spawn"] > 0
+    assert phases[1]["standby_idle"] >= 0 and phases[1]["spawn"] == 0
+    assert "standby_idle" not in phases[2] and phases[2]["spawn"] > 0
+    verdicts = [{c["Annotation"]: c["Passed"] for c in a["correctness"]} for a in answers]
+    assert verdicts[0] == verdicts[1] == verdicts[2]
