@@ -111,8 +111,9 @@ def init_cuda(early: EarlyCuda | None = None) -> None:
     process imported (early_cuda.py); joined first, so torch finds the context made."""
     if early is not None:
         early.join()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libcuda.so.1").cuInit(0)
+    if early is None or early.error is not None:  # the thread's cuInit did not happen or failed
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libcuda.so.1").cuInit(0)
     torch = sys.modules.get("torch")
     if torch is None:
         return
