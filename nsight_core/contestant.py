@@ -46,7 +46,7 @@ from nsight_core.collectors.events import Device, detect_device, start_timer, sy
 from nsight_core.early_cuda import EarlyCuda
 from nsight_core.errors import ErrorClass, NsightCoreError, WorkerExit
 from nsight_core.exchange import SlotTable
-from nsight_core.integrity import Watch, shadowing_files
+from nsight_core.integrity import Watch, harness_module_names, shadowing_files
 from nsight_core.loader import load_callable
 from nsight_core.protocol import (
     CONTESTANT_SOCKET,
@@ -198,6 +198,8 @@ def classify_exception(exc: BaseException) -> ErrorClass:
     """Compile errors of JITs (Triton, NVRTC via cupy) differ from run-time failures."""
     if isinstance(exc, SyntaxError):
         return ErrorClass.COMPILE_ERROR
+    if isinstance(exc, PermissionError):  # the confinement's allow-list, not a code bug
+        return ErrorClass.PERMISSION_DENIED
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
         return ErrorClass.OUT_OF_MEMORY
@@ -270,6 +272,7 @@ class Contestant:
         self._perf_counter_ns = time.perf_counter_ns
         self._time_call = Device.time_call
         self.watch = Watch()
+        self._harness = harness_module_names()  # made before any user code is imported
         self._sock: socket.socket | None = None
         self._reader: IO[bytes] | None = None
         self._reported: set[str] = set()
@@ -307,7 +310,7 @@ class Contestant:
             loaded=list(self.fns),
             failures=failures,
             integrity=integrity,
-            shadowed=shadowing_files(sorted(dirs)),
+            shadowed=shadowing_files(sorted(dirs), self._harness),
             confined=self.job.confine != "off" and self.not_confined is None,
             notes=self._notes(),
             host_s={**self._take_startup_s(), "load": round(time.monotonic() - t0, 4)},

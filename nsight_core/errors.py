@@ -47,7 +47,8 @@ class ErrorClass(StrEnum):
     PROFILER_ERROR = "profiler_error"
     """ncu (or another collector) failed, or wrote no usable report."""
     PERMISSION_DENIED = "permission_denied"
-    """GPU performance counters are restricted for this user (ERR_NVGPUCTRPERM)."""
+    """GPU performance counters are restricted for this user (ERR_NVGPUCTRPERM), or the OS
+    refused a file to a candidate (the confined contestant's allow-list)."""
     NO_GPU = "no_gpu"
     """The backend needs a GPU and none is visible."""
     CANCELLED = "cancelled"

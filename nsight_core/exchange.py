@@ -13,11 +13,16 @@ the judge's side, on the device where the expected output lives.
 CUDA slots come from a memory pool of their own where torch has one (`torch.cuda.MemPool`),
 else they are allocated at whole-segment sizes, so the segment a contestant maps never holds
 the judge's expected outputs.
+
+Host slots are numpy byte arrays over the mapped file, and torch is used only for arrays that
+are torch's own or live in a CUDA slot: a numpy-only job runs where torch is not installed,
+and cupy without torch crosses through host slots (CUDA IPC here is torch's).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import mmap
 import pickle
@@ -26,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from nsight_core.protocol import (
     ArrayNode,
@@ -77,9 +84,22 @@ def _value_of(node: ValueNode) -> Any:
     return node.value
 
 
+def _torch() -> Any:
+    """torch's module where this process imported it; a clear error where a torch array or a
+    CUDA slot needs it and it is not installed."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise ValueError("this array needs torch, which this process has not imported")
+    return torch
+
+
+def _nbytes(x: Any, fw: str) -> int:
+    return int(x.numel() * x.element_size()) if fw == "torch" else int(x.nbytes)
+
+
 def _as_torch_bytes(x: Any, fw: str) -> Any:
     """A flat uint8 torch view of the array's bytes in logical (C) order."""
-    torch = sys.modules["torch"]
+    torch = _torch()
     if fw == "torch":
         t = x.detach()
     elif fw == "cupy":
@@ -88,6 +108,30 @@ def _as_torch_bytes(x: Any, fw: str) -> Any:
         t = torch.from_numpy(x)
     t = t.contiguous()
     return t.reshape(-1).view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
+
+
+def _as_host_bytes(x: Any, fw: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """A flat uint8 numpy array of the array's bytes in logical (C) order, on the host."""
+    if fw == "torch":
+        return np.asarray(_as_torch_bytes(x, fw).cpu().numpy())
+    host = sys.modules["cupy"].asnumpy(x) if fw == "cupy" else x
+    return np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+
+
+def _is_device_buf(buf: Any) -> bool:
+    """A CUDA slot's buffer (a torch tensor) rather than a host slot's numpy bytes."""
+    return not isinstance(buf, np.ndarray)
+
+
+def _copy_in(buf: Any, x: Any, fw: str) -> None:
+    """Copy the array's bytes into the start of a slot's buffer."""
+    if _is_device_buf(buf):
+        data = _as_torch_bytes(x, fw)
+        if data.numel():
+            buf[: data.numel()].copy_(data)
+        return
+    host = _as_host_bytes(x, fw)
+    buf[: host.size] = host
 
 
 def _device_of(x: Any, fw: str) -> str:
@@ -110,7 +154,7 @@ def _dense_stride(x: Any, fw: str) -> list[int] | None:
 class _Slot:
     spec: SlotSpec
     buf: Any
-    """A flat uint8 torch tensor over the slot's memory (CUDA or host)."""
+    """The slot's bytes: a uint8 torch CUDA tensor, or a uint8 numpy array over the map."""
     mm: mmap.mmap | None = None
 
 
@@ -140,7 +184,12 @@ class Arena:
 
     def _new_slot(self, where: str, nbytes: int) -> _Slot:
         sid = len(self._slots)
-        torch = sys.modules["torch"]
+        if where == "cuda" and self.cuda_ipc and "torch" not in sys.modules:
+            self.cuda_ipc = False
+            self.notes.append(
+                "torch is not installed here, and CUDA IPC goes through torch; CUDA arrays "
+                "crossed through host memory"
+            )
         if where == "cuda" and self.cuda_ipc:
             try:
                 # torch is imported by the judge before any arena exists; never at import.
@@ -164,7 +213,7 @@ class Arena:
                 f.truncate(size)
             with path.open("r+b") as f:
                 mm = mmap.mmap(f.fileno(), size)
-            buf = torch.frombuffer(mm, dtype=torch.uint8, count=size)
+            buf = np.frombuffer(mm, dtype=np.uint8, count=size)
             slot = _Slot(SlotSpec(slot=sid, where="host", nbytes=size, handle=str(path)), buf, mm)
         self._slots[sid] = slot
         return slot
@@ -192,11 +241,10 @@ class Arena:
     def _encode(self, x: Any, path: tuple[str, ...], new: list[SlotSpec]) -> Node:
         fw = framework_of(x)
         if fw is not None:
-            data = _as_torch_bytes(x, fw)
-            where = "cuda" if data.is_cuda else "host"
-            slot = self._slot_for(path, where, data.numel(), new)
-            if data.numel():
-                slot.buf[: data.numel()].copy_(data)
+            nbytes = _nbytes(x, fw)
+            where = "cuda" if _device_of(x, fw) == "cuda" else "host"
+            slot = self._slot_for(path, where, nbytes, new)
+            _copy_in(slot.buf, x, fw)
             return ArrayNode(
                 framework=fw,
                 type_name=type_name(x),
@@ -205,7 +253,7 @@ class Arena:
                 stride=_dense_stride(x, fw),
                 device=_device_of(x, fw),
                 slot=slot.spec.slot,
-                nbytes=data.numel(),
+                nbytes=nbytes,
                 requires_grad=bool(getattr(x, "requires_grad", False)),
             )
         if isinstance(x, _PLAIN):
@@ -261,7 +309,9 @@ class Arena:
         for slot in self._slots.values():
             slot.buf = None
             if slot.mm is not None:
-                slot.mm.close()
+                # A view still held elsewhere keeps the map; it goes with its last view.
+                with contextlib.suppress(BufferError):
+                    slot.mm.close()
         self._slots.clear()
 
 
@@ -285,13 +335,16 @@ def _array_leaves(x: Any) -> Iterator[tuple[Any, str]]:
 
 
 def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
-    """An array like ``node`` made from the uint8 torch view ``data`` (copied when fresh)."""
-    torch = sys.modules["torch"]
+    """An array like ``node`` made from a slot's bytes ``data`` (copied when fresh)."""
     if node.framework == "numpy":
-        import numpy as np
-
-        raw = data.cpu().numpy() if data.numel() else np.empty(0, dtype=np.uint8)
-        return raw.view(np.dtype(node.dtype)).reshape(node.shape).copy()
+        raw = data.cpu().numpy() if _is_device_buf(data) else data
+        return np.asarray(raw).view(np.dtype(node.dtype)).reshape(node.shape).copy()
+    if node.framework == "cupy" and not _is_device_buf(data):
+        cupy = sys.modules["cupy"]
+        return cupy.asarray(data.view(np.dtype(node.dtype)).reshape(node.shape))
+    torch = _torch()
+    if not _is_device_buf(data):
+        data = torch.from_numpy(data)
     dtype = getattr(torch, node.dtype)
     # The array goes where its description says, whatever memory the slot is in (a host
     # slot carries CUDA arrays when IPC is off).
@@ -310,9 +363,7 @@ def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
         # determinism check passed whatever the candidate did, on the H200).
         out = dense.clone() if fresh else dense
     if node.framework == "cupy":
-        import cupy
-
-        return cupy.from_dlpack(out)
+        return sys.modules["cupy"].from_dlpack(out)
     if node.requires_grad:
         out.requires_grad_(True)
     return out
@@ -326,7 +377,6 @@ class SlotTable:
         self._maps: list[mmap.mmap] = []
 
     def attach(self, specs: list[SlotSpec]) -> None:
-        torch = sys.modules["torch"]
         for spec in specs:
             if spec.where == "cuda":
                 fn, args = pickle.loads(base64.b64decode(spec.handle))
@@ -335,7 +385,7 @@ class SlotTable:
                 with open(spec.handle, "r+b") as f:
                     mm = mmap.mmap(f.fileno(), spec.nbytes)
                 self._maps.append(mm)
-                self._bufs[spec.slot] = torch.frombuffer(mm, dtype=torch.uint8, count=spec.nbytes)
+                self._bufs[spec.slot] = np.frombuffer(mm, dtype=np.uint8, count=spec.nbytes)
 
     def materialize(self, node: Node) -> Any:
         """New objects for one call: arrays are fresh copies, never the slots themselves."""
@@ -364,11 +414,10 @@ class SlotTable:
         fw = framework_of(x)
         if fw is not None:
             i = next(counter)
-            data = _as_torch_bytes(x, fw)
+            nbytes = _nbytes(x, fw)
             slot = out_slots[i] if i < len(out_slots) else None
-            if slot is not None and data.numel() <= self._bufs[slot].numel():
-                if data.numel():
-                    self._bufs[slot][: data.numel()].copy_(data)
+            if slot is not None and nbytes <= int(self._bufs[slot].shape[0]):
+                _copy_in(self._bufs[slot], x, fw)
             else:
                 slot = None
             return ArrayNode(
@@ -378,7 +427,7 @@ class SlotTable:
                 shape=list(x.shape),
                 device=_device_of(x, fw),
                 slot=slot,
-                nbytes=data.numel(),
+                nbytes=nbytes,
             )
         if isinstance(x, _PLAIN):
             if isinstance(x, str) and len(x) > 10_000:

@@ -11,14 +11,13 @@ This runs in the contestant, so a determined candidate could patch this module t
 one cross-check among several, and the judge never takes a number on its word alone.
 Attributes that appear later (lazy submodules) are not changes.
 
-It also finds files in a candidate's directory that shadow installed modules (a
-``torch.py`` next to the candidate): the harness imports frameworks first, so the shadow is
-never used, but the attempt is reported.
+It also finds files in a candidate's directory that shadow a module the harness or a
+framework imported (a ``torch.py`` next to the candidate): the harness imports them first, so
+the shadow is never used, but the attempt is reported.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -125,8 +124,20 @@ class Watch:
         return found
 
 
-def shadowing_files(directories: Iterable[Path]) -> list[str]:
-    """Files or packages in ``directories`` named like an installed or built-in module."""
+def harness_module_names() -> frozenset[str]:
+    """Top-level names of what this process imported before any user code: the harness and
+    the frameworks. Never ``__main__``: every script and package has one of its own."""
+    names = {name.partition(".")[0] for name in list(sys.modules)}
+    return frozenset(names - {"__main__", "__mp_main__"})
+
+
+def shadowing_files(directories: Iterable[Path], harness: frozenset[str]) -> list[str]:
+    """Files or packages in ``directories`` named like a module the harness or a framework
+    imported (``harness``), found installed elsewhere.
+
+    Only those matter: a look-alike of a module nothing here imports is a plain user module,
+    and flagging it (a package's own ``__main__.py``) made honest jobs suspicious.
+    """
     found = []
     for d in directories:
         if not d.is_dir():
@@ -135,14 +146,13 @@ def shadowing_files(directories: Iterable[Path]) -> list[str]:
             stem = entry.stem if entry.suffix == ".py" else entry.name
             if entry.suffix != ".py" and not (entry / "__init__.py").exists():
                 continue
+            if stem not in harness:
+                continue
             if stem in sys.builtin_module_names or stem in sys.stdlib_module_names:
                 found.append(f"{entry} shadows the standard module {stem!r}")
                 continue
-            try:
-                spec = importlib.util.find_spec(stem)
-            except (ImportError, ValueError):
-                continue
-            origin = Path(spec.origin).resolve() if spec and spec.origin else None
-            if origin is not None and d.resolve() not in origin.parents:
+            origin = getattr(sys.modules.get(stem), "__file__", None)
+            where = Path(origin).resolve() if origin else None
+            if where is not None and d.resolve() not in where.parents:
                 found.append(f"{entry} shadows the installed module {stem!r}")
     return found

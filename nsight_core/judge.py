@@ -92,7 +92,7 @@ from nsight_core.protocol import (
     SuspectEvent,
     WorkerJob,
 )
-from nsight_core.request import ProfileRequest
+from nsight_core.request import ProfileRequest, named_files
 from nsight_core.sandbox import (
     process_age_s,
     watch_parent_pipe,
@@ -186,11 +186,18 @@ class Judge:
             check_mutation=self.req.check.enabled and self.req.check.check_mutation,
             check_aliasing=self.req.check.enabled and self.req.check.check_aliasing,
             confine=self.job.confine,
-            read_dirs=[str(self._private)],
+            read_dirs=[str(self._private), *self._named_dirs()],
             write_dirs=[str(self._private), str(self.arena.directory)],
         )
         self.seat.wait_ready(START_TIMEOUT_S)
         self._chan.send(cjob.model_dump_json().encode())
+
+    def _named_dirs(self) -> list[str]:
+        """The folders of the files the request names, wherever they are (their siblings
+        import), and nothing else: the workdir alone would leave an agent's absolute paths
+        elsewhere unreadable."""
+        files = named_files(self.req, Path(self.job.workdir))
+        return sorted({str(f.path.parent) for f in files})
 
     def load_trusted(self) -> WorkerExit | None:
         source = Path(self.job.source_file) if self.job.source_file else None

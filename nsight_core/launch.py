@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,24 @@ from nsight_core.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_san
 CONTESTANT_SOCKET = "judge.sock"
 """The judge's socket in the contestant's private directory (both get the directory)."""
 READY_LINE = b"ready"
+
+SUN_PATH_MAX = 107
+"""Bytes of a Unix socket's path (sockaddr_un holds 108 with the closing NUL)."""
+_SOCKET_NAME_ROOM = 16
+"""Room for a socket's file name and separator in a `socket_home` (judge.sock, standby.sock)."""
+
+
+def socket_home(prefix: str) -> Path:
+    """A fresh private directory that a Unix socket's path fits in: in the temp directory
+    when it leaves room, else in /tmp. A long TMPDIR (a test's, macOS's /var/folders/...)
+    made every job fail to bind its socket ("AF_UNIX path too long")."""
+    base = tempfile.gettempdir()
+    room = SUN_PATH_MAX - len(prefix) - 8 - _SOCKET_NAME_ROOM  # mkdtemp adds 8 characters
+    if len(os.path.join(base, "")) > room and os.access("/tmp", os.W_OK | os.X_OK):
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
 """The contestant's first line: frameworks, CUDA context and timer are up; now the job."""
 MAX_REPLY_BYTES = 1 << 20
 """A contestant reply longer than this is a protocol violation (outputs are described, not

@@ -11,6 +11,8 @@ where they are known):
 - a SyntaxError anywhere in the import (the file, or a module it imports): ``compile_error``;
 - a missing file, module or attribute, a dependency that does not import, or a spec that
   names something not callable: ``import_error``;
+- a PermissionError (the confined contestant reached outside its allow-list):
+  ``permission_denied``, with the allow-list as the fix;
 - any other exception raised while the module body runs: ``runtime_error``. The module was
   found and compiled; its own code failed, so the fix lies in that code, not in the spec.
 
@@ -33,6 +35,14 @@ from typing import Any
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.request import parse_callable_spec
+
+CONFINED_HINT = (
+    "a job's processes may read only the workdir, the folders of the files the request "
+    "names, the Python installation and system folders (docs/sandbox.md); put the file "
+    "there, or name it in the request"
+)
+"""What to change when the OS refused a file: the confined contestant's allow-list is the
+usual cause, and the code itself is not wrong."""
 
 _file_modules: dict[Path, ModuleType] = {}
 _names = itertools.count()
@@ -167,6 +177,14 @@ def _module_error(exc: BaseException, spec: str, where: str) -> LoadError:
             ErrorClass.IMPORT_ERROR,
             f"{spec!r}: {type(exc).__name__}: {exc}",
             "fix the import the message names",
+            file=file,
+            line=line,
+        )
+    if isinstance(exc, PermissionError):
+        return LoadError(
+            ErrorClass.PERMISSION_DENIED,
+            f"{spec!r}: access refused while the module was imported: {exc}",
+            CONFINED_HINT,
             file=file,
             line=line,
         )

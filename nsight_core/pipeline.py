@@ -38,7 +38,7 @@ from nsight_core.protocol import (
     StandbySpec,
     WorkerJob,
 )
-from nsight_core.request import ProfileRequest
+from nsight_core.request import ProfileRequest, named_files, request_workdir
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.runs import EventTail, ProgressCallback, WorkerRun, read_events
 from nsight_core.sandbox import SandboxLimits, landlock_abi, run_sandboxed
@@ -75,6 +75,12 @@ def confine_contestant(backend: Backend) -> Literal["on", "off"]:
 def preflight(request: ProfileRequest) -> None:
     """Refuse a request that cannot work here, before anything is queued or started."""
     get_backend(request.backend).preflight(JobSettings.of_request(request))
+    check_named_files(request)
+
+
+def check_named_files(request: ProfileRequest) -> None:
+    """Refuse a request whose workdir or named files do not exist, naming each (the
+    reference's first): found here, a missing file costs no queue wait and no job start."""
     if request.workdir is not None and not Path(request.workdir).is_dir():
         raise NsightCoreError(
             ErrorClass.INVALID_REQUEST,
@@ -82,6 +88,22 @@ def preflight(request: ProfileRequest) -> None:
             "pass the absolute path of the directory that holds the candidate files, "
             "or leave workdir unset",
         )
+    workdir = request_workdir(request)
+    missing = [f for f in named_files(request, workdir) if not f.path.is_file()]
+    if not missing:
+        return
+    listed = "; ".join(f"the {f.role} {f.spec!r}: {str(f.path)!r}" for f in missing)
+    where = (
+        f"the request's workdir {str(workdir)!r}"
+        if request.workdir is not None
+        else f"the server's current directory {str(workdir)!r}, since the request sets no workdir"
+    )
+    raise NsightCoreError(
+        ErrorClass.INVALID_REQUEST,
+        f"{len(missing)} named file(s) do not exist: {listed}",
+        f"relative paths resolve against {where}; name each file by its absolute path, "
+        "or set workdir to the folder that holds them",
+    )
 
 
 def run_profile_job(
@@ -107,7 +129,7 @@ def run_profile_job(
         return refused(err, result_id=result_id, created_at=created)
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
-    workdir = Path(request.workdir or os.getcwd()).resolve()
+    workdir = request_workdir(request)
     source_file: Path | None = None
     if request.source is not None:
         source_file = job_dir / "inline_source.py"

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -420,3 +422,37 @@ class ProfileRequest(_Strict):
     def annotations(self) -> list[str]:
         """Annotation names in profile order: the reference first, then candidates."""
         return [self.reference, *self.candidates]
+
+
+@dataclass(frozen=True)
+class NamedFile:
+    """A callable of the request named by its file: the file resolved against the workdir."""
+
+    role: Literal["reference", "inputs", "candidate"]
+    spec: str
+    path: Path
+
+
+def request_workdir(request: ProfileRequest) -> Path:
+    """The directory relative paths resolve against: the request's, else this process's
+    current directory (the server's: the one place both the check and the job agree on)."""
+    return Path(request.workdir or os.getcwd()).resolve()
+
+
+def named_files(request: ProfileRequest, workdir: Path) -> list[NamedFile]:
+    """Every file the request names a callable by, in annotation order (reference, inputs,
+    candidates); module specs and bare names in `source` name no file."""
+    roles: list[tuple[Literal["reference", "inputs", "candidate"], str]] = [
+        ("reference", request.reference),
+        ("inputs", request.inputs),
+        *(("candidate", c) for c in request.candidates),
+    ]
+    out = []
+    for role, spec in roles:
+        try:
+            file, _, _ = parse_callable_spec(spec)
+        except ValueError:
+            continue  # refused by the model's own validation
+        if file is not None:
+            out.append(NamedFile(role, spec, (workdir / file).resolve()))
+    return out

@@ -22,7 +22,7 @@ from pathlib import Path
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.exchange import Arena
-from nsight_core.launch import READY_LINE, Launched, LaunchPlan, launch
+from nsight_core.launch import READY_LINE, Launched, LaunchPlan, launch, socket_home
 from nsight_core.protocol import JOB_ARTIFACTS, JUDGE_DIR, StandbySpec
 from nsight_core.settings import JobSettings
 
@@ -31,7 +31,7 @@ def plan_launch(spec: StandbySpec, out_dir: Path, *, prestarted: bool = False) -
     """The contestant's command for ``spec`` as its backend wraps it, in a fresh private
     directory; made by the server for a cold job (judge_boot.py starts it) or by the judge."""
     backend = get_backend(spec.backend)
-    private = Path(tempfile.mkdtemp(prefix="nspy-contestant-"))
+    private = socket_home("nspy-contestant-")
     argv = [
         sys.executable, "-P", "-m", "nsight_core.contestant",
         str(private), backend.child_timer, *(["--prestarted"] if prestarted else []),

@@ -37,13 +37,13 @@ import select
 import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nsight_core.launch import socket_home
 from nsight_core.protocol import (
     JUDGE_DIR,
     READY_FILE,
@@ -168,7 +168,7 @@ class Standby:
         self.speculative = speculative
         """Started at the server's start from `StandbyMemory`, not after a job like it: a
         job that arrives while it still starts retires it instead of waiting (`settle`)."""
-        self.home = Path(tempfile.mkdtemp(prefix="nspy-standby-"))
+        self.home = socket_home("nspy-standby-")
         (self.home / STANDBY_FILE).write_text(key.spec)
         self.deadline = Deadline(idle_s)
         self.cancel = threading.Event()

@@ -10,8 +10,10 @@ Contract:
   its own, pinned to the worker's first GPU (its CUDA_VISIBLE_DEVICES), and answers the
   result plus the job directory's files (capped, `MAX_FILE_BYTES` / `MAX_RETURN_BYTES`);
   the server writes them into its store, so the result reads as a local one.
-- A request's `workdir` travels with the job (files up to `MAX_SHIP_BYTES`); a larger one
-  must be on a file system the workers share, at the same path.
+- A request's files travel with the job (`cluster_files`): its workdir (the server's
+  current directory when unset) and the folder of each file it names elsewhere, each up to
+  `MAX_SHIP_BYTES`; a larger folder must be on a file system the workers share, at the same
+  path.
 - Progress and the start come back as Dask events (``Worker.log_event`` on the topic
   ``nspy-<result_id>``); cancelling sets a cluster-wide `distributed.Event`, on which the
   worker kills the job's process group.
@@ -22,9 +24,8 @@ Contract:
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import io
+import dataclasses
 import logging
 import os
 import re
@@ -32,7 +33,6 @@ import shutil
 import socket
 import tempfile
 import threading
-import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +42,13 @@ import anyio
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.pipeline import check_named_files
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
 from nsight_core.stages import run_job
 from nsight_core.store import LOCK_FILE, MANIFEST_FILE, RESULT_FILE
+from nspy_mcp.cluster_files import Folder, pack_request, unpack_request
 from nspy_mcp.jobs import CANCEL_GRACE_S, GpuSlot, Job, JobQueue, discover_slots, with_gpu
 
 log = logging.getLogger(__name__)
@@ -61,17 +63,12 @@ MAX_FILE_BYTES = 64 * 2**20
 """Largest job file brought back from a worker (an ncu report of many runs stays below)."""
 MAX_RETURN_BYTES = 256 * 2**20
 """All of a job's files brought back, together; the rest is listed as left on the worker."""
-MAX_SHIP_BYTES = 32 * 2**20
-"""Largest workdir sent along with a job; larger ones must be shared at the same path."""
-MAX_SHIP_FILES = 2000
-
 CONNECT_TIMEOUT_S = 30.0
 POLL_S = 0.5
 """How often the server looks at the job's worker and its cancel flag."""
 NO_WORKER_WAIT_S = 60.0
 """After losing a worker: how long the job waits for any worker offering a GPU."""
 
-_SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache"}
 _STORE_FILES = {RESULT_FILE, MANIFEST_FILE, LOCK_FILE}
 
 
@@ -90,28 +87,6 @@ def parse_executor(spec: str | None) -> str | None:
 
 
 # -- the worker side -------------------------------------------------------------------------
-
-
-def pack_workdir(workdir: str | None) -> str | None:
-    """The workdir's files as a base64 zip, or None when it is too big to send (shared FS)."""
-    if workdir is None:
-        return None
-    root = Path(workdir)
-    buf = io.BytesIO()
-    total = files = 0
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-            for name in sorted(filenames):
-                path = Path(dirpath) / name
-                if not path.is_file() or path.is_symlink():
-                    continue
-                total += path.stat().st_size
-                files += 1
-                if total > MAX_SHIP_BYTES or files > MAX_SHIP_FILES:
-                    return None
-                zf.write(path, path.relative_to(root).as_posix())
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _collect_files(job_dir: Path) -> tuple[dict[str, bytes], list[str]]:
@@ -162,18 +137,15 @@ def run_on_worker(payload: dict[str, Any]) -> dict[str, Any]:
     )
     watcher.start()
     try:
-        if payload.get("workdir_zip"):
-            workdir = root / "workdir"
-            with zipfile.ZipFile(io.BytesIO(base64.b64decode(payload["workdir_zip"]))) as zf:
-                zf.extractall(workdir)
-            request = request.model_copy(update={"workdir": str(workdir)})
+        folders = [Folder(**f) for f in payload.get("folders", [])]
+        unpacked = unpack_request(request, folders, root / "files")
 
         def progress(ev: ProgressEvent) -> None:
             worker.log_event(topic, {"kind": "progress", "event": ev.model_dump(mode="json")})
 
         job_dir = root / "job"
         result = run_job(
-            request,
+            unpacked.request,
             job_dir,
             result_id=result_id,
             on_progress=progress,
@@ -183,7 +155,7 @@ def run_on_worker(payload: dict[str, Any]) -> dict[str, Any]:
         result = with_gpu(result, slot)
         files, left = _collect_files(job_dir)
         return {
-            "result": result.model_dump_json(),
+            "result": unpacked.relabel(result.model_dump_json()),
             "files": files,
             "left_out": left,
             "job_dir": str(job_dir),
@@ -245,24 +217,20 @@ class DaskExecutor:
                 f"jobs to the Dask cluster at {self.address}, whose workers own one GPU each",
                 "leave device unset; Dask gives each job a worker with a free GPU",
             )
-        if request.workdir is not None and not Path(request.workdir).is_dir():
-            raise NsightCoreError(
-                ErrorClass.INVALID_REQUEST,
-                f"workdir {request.workdir!r} is not a directory",
-                "pass the absolute path of the directory that holds the candidate files",
-            )
+        await anyio.to_thread.run_sync(check_named_files, request)
         return None
 
     async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
         from distributed import Event
 
-        zipped = await anyio.to_thread.run_sync(pack_workdir, job.request.workdir)
-        if job.request.workdir is not None and zipped is None:
-            queue.note(job, "workdir too big to send: workers must share it at the same path")
+        resolved, folders = await anyio.to_thread.run_sync(pack_request, job.request)
+        for f in folders:
+            if f.zip_b64 is None:
+                queue.note(job, f"{f.path} too big to send: workers must share it at that path")
         payload = {
             "result_id": job.result_id,
-            "request": job.request.model_dump_json(),
-            "workdir_zip": zipped,
+            "request": resolved.model_dump_json(),
+            "folders": [dataclasses.asdict(f) for f in folders],
         }
         seen = _Attempts()
         topic = f"nspy-{job.result_id}"
