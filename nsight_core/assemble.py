@@ -11,15 +11,23 @@ are computed here (aggregate.py), and what the judge found suspect is applied to
   named (a fallback to the reference looks like any other candidate otherwise).
 
 `finish_result` is the one finishing step of request jobs and `@kernel` jobs.
+
+Messages are built from the failures recorded, never from a fixed sentence: each names the
+phase a callable failed in (import, the correctness check, warm-up, its timed runs) and
+its class, and a failure of the reference (or the input maker) comes first, since no
+candidate can be judged where the reference failed.
 """
 
 from __future__ import annotations
 
 import platform
+import re
 import socket
+import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from nsight_core.aggregate import (
@@ -49,8 +57,65 @@ from nsight_core.results import (
 from nsight_core.runs import WorkerRun
 from nsight_core.settings import JobSettings
 
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', re.MULTILINE)
+_HARNESS_DIRS = tuple(
+    str(Path(__file__).resolve().parents[1] / name) + "/" for name in ("nsight_core", "nspy_mcp")
+)
+_LIBRARY_DIRS = tuple(
+    sorted(
+        str(Path(path)) + "/"
+        for key, path in sysconfig.get_paths().items()
+        if key in ("stdlib", "platstdlib", "purelib", "platlib")
+    )
+)
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/")
+
+
+def _frame_kind(file: str) -> int:
+    """0: the user's code; 1: an installed library or the stdlib; 2: ours or no file.
+
+    Matched by path and by folder name too, so a traceback written on another host (a
+    Dask worker with its own environment) is read the same way."""
+    if file.startswith("<") or file.startswith(_HARNESS_DIRS):
+        return 2
+    if any(f"/{name}/" in file for name in ("nsight_core", "nspy_mcp")):
+        return 2
+    if file.startswith(_LIBRARY_DIRS) or any(part in file for part in _LIBRARY_PARTS):
+        return 1
+    return 0
+
+
+def user_frame(traceback_text: str) -> tuple[str, int] | None:
+    """File and line of the innermost frame of the user's code in a formatted traceback.
+
+    The harness's own frames (the judge, the contestant, the loader) are never where a
+    candidate's fix lies, and a library's frame hides the user's line that called it; a
+    library frame is used only when no user frame exists (a candidate installed as a
+    package). In a chained traceback the last block is innermost, so the last match wins."""
+    best: dict[int, tuple[str, int]] = {}
+    for m in _FRAME_RE.finditer(traceback_text):
+        best[_frame_kind(m["file"])] = (m["file"], int(m["line"]))
+    return best.get(0) or best.get(1)
+
+
+def _located(ev: FailureEvent) -> tuple[str | None, int | None]:
+    """The event's file and line, or the traceback's user frame where those are missing,
+    point into the harness or a library, or name no line (an OSError's `filename` is the
+    file it could not open, not code). A syntax error keeps its own file: that file is
+    where the fix lies."""
+    if ev.file is not None and (
+        ev.error_class == ErrorClass.COMPILE_ERROR
+        or (ev.line is not None and _frame_kind(ev.file) == 0)
+    ):
+        return ev.file, ev.line
+    found = user_frame(ev.traceback)
+    if found is None:
+        return ev.file, ev.line
+    return found
+
 
 def failure_of_event(ev: FailureEvent) -> Failure:
+    file, line = _located(ev)
     return Failure(
         Annotation=ev.annotation,
         ConfigId=ev.config_id,
@@ -59,8 +124,8 @@ def failure_of_event(ev: FailureEvent) -> Failure:
         ErrorClass=ev.error_class,
         Error=ev.message,
         Traceback=ev.traceback,
-        File=ev.file,
-        Line=ev.line,
+        File=file,
+        Line=line,
     )
 
 
@@ -301,6 +366,28 @@ def finish_result(
     )
 
 
+def with_waits(
+    result: ProfileResult, waits: Mapping[str, float], *, queued_s: float | None = None
+) -> ProfileResult:
+    """The result with `waits` (cause -> seconds) added to its provenance's, and their sum.
+
+    Each layer that makes a job wait (the queue and device locks in the server, the standby
+    pool in the engine) adds its own causes here, so `wall_seconds` stays the run's time and
+    the time before it is accounted for apart. A result without provenance (refused before
+    it ran) has nothing to add to."""
+    prov = result.provenance
+    if prov is None:
+        return result
+    merged = dict(prov.waits)
+    for cause, seconds in waits.items():
+        merged[cause] = merged.get(cause, 0.0) + seconds
+    merged = {cause: round(s, 3) for cause, s in merged.items() if round(s, 3) > 0}
+    update: dict[str, Any] = {"waits": merged, "waited_seconds": round(sum(merged.values()), 3)}
+    if queued_s is not None:
+        update["queued_seconds"] = round(queued_s, 3)
+    return result.model_copy(update={"provenance": prov.model_copy(update=update)})
+
+
 def diagnose_job(
     run: WorkerRun,
     settings: JobSettings,
@@ -321,52 +408,240 @@ def diagnose_job(
     )
 
 
+# -- what happened, in words: built from the failures recorded ----------------------------
+
+_PHASE_ORDER = ("preflight", "import", "check", "warmup", "profile", "collect")
+_PHASE_WORDS = {
+    "import": "at import",
+    "check": "in the correctness check",
+    "warmup": "in warm-up",
+    "profile": "in its timed runs",
+    "collect": "while its records were read",
+}
+_CLASS_VERBS = {
+    ErrorClass.COMPILE_ERROR: "did not compile",
+    ErrorClass.IMPORT_ERROR: "failed to import",
+    ErrorClass.RUNTIME_ERROR: "raised",
+    ErrorClass.INCORRECT: "gave a wrong output",
+    ErrorClass.TIMEOUT: "ran out of time",
+    ErrorClass.CRASHED: "crashed its process",
+    ErrorClass.OUT_OF_MEMORY: "ran out of memory",
+    ErrorClass.PERMISSION_DENIED: "was refused a file",
+}
+INLINE_SOURCE = "inline_source.py"
+"""The name the pipeline and the judge give their copies of a request's inline source."""
+_JUDGE_EXITS = (ErrorClass.IMPORT_ERROR, ErrorClass.COMPILE_ERROR, ErrorClass.RUNTIME_ERROR)
+"""Job errors that are only the judge's exit code for 'the reference, the input maker or a
+callable failed': the failure it recorded says which, where and why."""
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _on_configs(config_ids: Sequence[int | None]) -> str:
+    ids = sorted({i for i in config_ids if i is not None})
+    if not ids:
+        return ""
+    return f" on config {ids[0]}" if len(ids) == 1 else f" on configs {_listed(ids)}"
+
+
+def _listed(ids: Sequence[int]) -> str:
+    return ", ".join(map(str, ids))
+
+
+def _place(f: Failure, inline: bool) -> str:
+    """Where the failure points, as a message says it. A line of the request's inline
+    source is named so: its file is a copy in the job's (or the judge's private) directory,
+    a path the agent never wrote and that differs from job to job."""
+    if not f.File or f.File in f.Error:
+        return ""
+    where = "the inline source" if inline and Path(f.File).name == INLINE_SOURCE else f.File
+    return f"; at {where}:{f.Line}" if f.Line else f"; in {where}"
+
+
+def failed_how(f: Failure, config_ids: Sequence[int | None] = (), *, inline: bool = False) -> str:
+    """One failure as a phrase: what went wrong, in which phase, on which configs, and the
+    class, message and place, e.g. "raised at import (runtime_error: ...; at v2.py:3)".
+    `inline`: the request has inline source (see `_place`)."""
+    verb = _CLASS_VERBS.get(f.ErrorClass, "failed")
+    where = _PHASE_WORDS.get(f.Phase or "", f"in phase {f.Phase}" if f.Phase else "")
+    if f.ErrorClass == ErrorClass.IMPORT_ERROR and f.Phase == "import":
+        where = ""
+    elif f.ErrorClass == ErrorClass.INCORRECT and f.Phase in ("check", None):
+        verb, where = "failed the correctness check", ""
+    at = _place(f, inline)
+    configs = _on_configs(config_ids or [f.ConfigId])
+    return f"{verb}{' ' + where if where else ''}{configs} ({f.ErrorClass}: {_short(f.Error)}{at})"
+
+
+def _check_failure(c: Correctness) -> Failure:
+    return Failure(
+        Annotation=c.Annotation,
+        ConfigId=c.ConfigId,
+        Phase="check",
+        ErrorClass=c.ErrorClass or ErrorClass.INCORRECT,
+        Error=c.Error or "; ".join(c.Reasons) or "output differs from the reference",
+        Hint="see this candidate's correctness entries",
+    )
+
+
+def failures_of(
+    annotation: str, failures: Sequence[Failure], correctness: Sequence[Correctness] = ()
+) -> list[Failure]:
+    """Everything recorded against one callable: its failures, and checks it failed that
+    no failure already covers."""
+    mine = [f for f in failures if f.Annotation == annotation]
+    covered = {f.ConfigId for f in mine if f.Phase == "check"}
+    mine += [
+        _check_failure(c)
+        for c in correctness
+        if c.Annotation == annotation and not c.Passed and c.ConfigId not in covered
+    ]
+    return mine
+
+
+def _phase_rank(f: Failure) -> int:
+    return _PHASE_ORDER.index(f.Phase) if f.Phase in _PHASE_ORDER else len(_PHASE_ORDER)
+
+
+def first_failure(mine: Sequence[Failure]) -> tuple[Failure, list[int | None]] | None:
+    """The earliest failure by phase (import before the check before the runs), with the
+    configs on which the same thing happened."""
+    if not mine:
+        return None
+    first = min(mine, key=_phase_rank)
+    same = [f.ConfigId for f in mine if (f.Phase, f.ErrorClass) == (first.Phase, first.ErrorClass)]
+    return first, same
+
+
+def reference_failure(
+    request: ProfileRequest, failures: Sequence[Failure]
+) -> tuple[str, Failure] | None:
+    """The trusted side's first failure, in words ("the reference 'ref.py:f' raised at
+    import (...)"), and the failure itself; None when the reference and inputs never failed."""
+    for role, spec in (("reference", request.reference), ("input maker", request.inputs)):
+        got = first_failure(failures_of(spec, failures))
+        if got is not None:
+            f, configs = got
+            how = failed_how(f, configs, inline=request.source is not None)
+            return f"the {role} {spec!r} {how}", f
+    return None
+
+
+def _reference_timed(request: ProfileRequest, rows: Sequence[Row]) -> list[int]:
+    return sorted(
+        {r.ConfigId for r in rows if r.Annotation == request.reference and r.AvgValue is not None}
+    )
+
+
+def _reference_consequence(request: ProfileRequest, rows: Sequence[Row]) -> str:
+    """What a reference failure cost: nothing checked or timed, or only some configs."""
+    timed = _reference_timed(request, rows)
+    if not timed:
+        return "nothing was checked or timed"
+    lost = [i for i in range(len(request.configs)) if i not in timed]
+    if not lost:
+        return "its other runs were timed"
+    return f"config{'s' if len(lost) > 1 else ''} {_listed(lost)} could not be checked or timed"
+
+
+def _job_error(
+    run: WorkerRun, failures: Sequence[Failure], ref: tuple[str, Failure] | None
+) -> Failure | None:
+    """The job's error, replaced by the recorded failure it only stands for: an exit code
+    of the judge says a callable failed; the failure says which, where and why."""
+    if run.error is None:
+        return None
+    error = failure_of_error(run.error)
+    if error.ErrorClass not in _JUDGE_EXITS:
+        return error
+    if ref is not None:
+        return ref[1]
+    if error.ErrorClass == ErrorClass.RUNTIME_ERROR:
+        return error
+    return next((f for f in failures if f.ErrorClass == error.ErrorClass), error)
+
+
+def _job_message(
+    request: ProfileRequest,
+    rows: Sequence[Row],
+    summary: str,
+    error: Failure | None,
+    ref: tuple[str, Failure] | None,
+) -> str:
+    """The reference's failure first, then the job's own error, then the rows' summary."""
+    parts = []
+    if ref is not None:
+        parts.append(
+            f"reference failed: {ref[0]}; {_reference_consequence(request, rows)}. To fix: "
+            "fix the reference (or the input maker) at the file and line given, then profile "
+            "again"
+        )
+    if error is not None and (ref is None or error is not ref[1]):
+        hint = f" ({error.Hint})" if error.Hint else ""
+        parts.append(f"{error.ErrorClass}: {error.Error}{hint}")
+    if rows or not parts:
+        parts.append(summary)
+    return "; ".join(parts)
+
+
+def _candidate_story(cand: str, result: ProfileResult, inline: bool) -> str:
+    """What became of one candidate, without its name."""
+    got = first_failure(failures_of(cand, result.failures, result.correctness))
+    if got is None:
+        return "was not timed and no failure names it (see failures and error)"
+    return failed_how(*got, inline=inline)
+
+
 def no_candidate_passed(request: ProfileRequest, result: ProfileResult) -> ProfileResult:
     """A 'done' result in which no candidate was timed, recorded plainly as 'failed'.
 
     A candidate passed if it has at least one row with a value; one that failed to import
-    or failed its check has none. The reference's rows stay, the message says it first.
+    or failed its check has none. The message names, per candidate, the phase it failed in
+    and why, after the reference's own failure if it had one; the reference's rows stay.
     """
     if result.status != "done" or not request.candidates:
         return result
     timed = {r.Annotation for r in result.rows if r.AvgValue is not None}
     if any(c in timed for c in request.candidates):
         return result
-    why = []
-    for cand in request.candidates:
-        failed = [f for f in result.failures if f.Annotation == cand]
-        checks = [c for c in result.correctness if c.Annotation == cand and not c.Passed]
-        if failed:
-            why.append(f"{cand!r} {failed[0].ErrorClass}: {failed[0].Error}")
-        elif checks:
-            cls = checks[0].ErrorClass or ErrorClass.INCORRECT
-            why.append(f"{cand!r} {cls} (see correctness)")
-        else:
-            why.append(f"{cand!r} was not timed")
-    noun = "the only candidate" if len(request.candidates) == 1 else "none of the candidates"
+    inline = request.source is not None
+    stories = [(c, _candidate_story(c, result, inline)) for c in request.candidates]
+    ref = reference_failure(request, result.failures)
+    if len(stories) == 1:
+        said = "the only candidate, {!r}, {}".format(*stories[0])
+    else:
+        listed = "; ".join(f"{c!r} {story}" for c, story in stories)
+        said = f"none of the {len(stories)} candidates was timed: {listed}"
+    if ref is not None:
+        said = f"{ref[0]}; {said}"
+    ref_timed = _reference_timed(request, result.rows)
+    if not ref_timed:
+        who_timed = "Nothing was timed"
+    elif ref is not None:
+        who_timed = f"Only the reference was timed,{_on_configs(list(ref_timed))}"
+    else:
+        who_timed = "Only the reference was timed"
     message = (
-        f"no candidate passed: {noun} got through import and the correctness check, so "
-        f"nothing was compared; {'; '.join(why)}. Only the reference was timed. To fix: "
-        "fix the candidates (see failures and correctness) and profile again"
+        f"no candidate passed: {said}. {who_timed}. To fix: fix "
+        f"{'the reference first, then ' if ref is not None else ''}the candidates (see "
+        "failures and correctness) and profile again"
     )
-    error = result.error or _first_candidate_failure(request, result)
+    error = (
+        result.error
+        or (ref[1] if ref is not None else None)
+        or _first_candidate_failure(request, result)
+    )
     return result.model_copy(update={"status": "failed", "message": message, "error": error})
 
 
 def _first_candidate_failure(request: ProfileRequest, result: ProfileResult) -> Failure | None:
-    for f in result.failures:
-        if f.Annotation in request.candidates:
-            return f
-    for c in result.correctness:
-        if c.Annotation in request.candidates and not c.Passed:
-            return Failure(
-                Annotation=c.Annotation,
-                ConfigId=c.ConfigId,
-                Phase="check",
-                ErrorClass=c.ErrorClass or ErrorClass.INCORRECT,
-                Error=c.Error or "; ".join(c.Reasons) or "output differs from the reference",
-                Hint="see this candidate's correctness entries",
-            )
+    for cand in request.candidates:
+        got = first_failure(failures_of(cand, result.failures, result.correctness))
+        if got is not None:
+            return got[0]
     return None
 
 
@@ -388,14 +663,8 @@ def assemble_result(
         rows = flag_reference_kernels(rows, request.reference)
     comparisons = compare_to_reference(values, request.reference, request.candidates, ctx=ctx)
     correctness = correctness_of(request, run.events.checks)
-    error = failure_of_error(run.error) if run.error is not None else None
-    if error is not None and error.ErrorClass in (
-        ErrorClass.IMPORT_ERROR,
-        ErrorClass.COMPILE_ERROR,
-    ):
-        # The job's own report (file, line, traceback) says more than its exit code.
-        detail = next((f for f in failures if f.ErrorClass == error.ErrorClass), None)
-        error = detail or error
+    ref = reference_failure(request, failures)
+    error = _job_error(run, failures, ref)
     status: JobStatus
     if run.outcome.cancelled:
         status = "cancelled"
@@ -404,13 +673,8 @@ def assemble_result(
     else:
         status = "done"
     passed = sum(1 for c in correctness if c.Passed)
-    message = _summary(rows, len(correctness), passed, len(failures))
-    if error is not None:
-        message = (
-            f"{error.ErrorClass}: {error.Error}"
-            + (f" ({error.Hint})" if error.Hint else "")
-            + (f"; {message}" if rows else "")
-        )
+    summary = _summary(rows, len(correctness), passed, len(failures))
+    message = _job_message(request, rows, summary, error, ref)
     result = finish_result(
         run,
         settings,

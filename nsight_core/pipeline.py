@@ -24,7 +24,7 @@ from typing import Literal
 
 from platformdirs import user_cache_dir
 
-from nsight_core.assemble import assemble_result, refused
+from nsight_core.assemble import assemble_result, refused, with_waits
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
@@ -145,10 +145,18 @@ def run_profile_job(
         cuda_ipc=os.environ.get(TRANSPORT_ENV, "ipc").strip() != "host",
     )
     settings = dataclasses.replace(JobSettings.of_request(request), gpu=gpu)
+    waits: dict[str, float] = {}
     run = run_worker(
-        job, job_dir, settings, on_progress=on_progress, cancel=cancel, standby=standby
+        job,
+        job_dir,
+        settings,
+        on_progress=on_progress,
+        cancel=cancel,
+        standby=standby,
+        waits=waits,
     )
-    return assemble_result(request, run, result_id=result_id, created_at=created)
+    result = assemble_result(request, run, result_id=result_id, created_at=created)
+    return with_waits(result, waits)
 
 
 def run_worker(
@@ -159,8 +167,13 @@ def run_worker(
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     standby: StandbyPool | None = None,
+    waits: dict[str, float] | None = None,
 ) -> WorkerRun:
-    """Run a job's processes in the sandbox and wait for them; never raises for the child."""
+    """Run a job's processes in the sandbox and wait for them; never raises for the child.
+
+    `waits` receives the seconds waited before the processes ran, by cause (the standby
+    pool's `settle`): they are not the job's run time (`WorkerRun.wall_s`), and a result
+    must say where both went."""
     backend = get_backend(settings.backend)
     job.write(job_dir)
     python = [sys.executable, "-P", "-m"]
@@ -180,8 +193,7 @@ def run_worker(
     env = job_env(settings.gpu)
     pool = standby if job.mode == "request" else None  # @kernel jobs always start cold
     key = StandbyKey.of(StandbySpec.of_job(job), env) if pool is not None else None
-    if standby is not None:  # also before a job that will not use it: nothing may overlap
-        standby.settle()
+    _settle(standby, waits)  # also before a job that will not use it: nothing may overlap
     t0 = time.monotonic()
     outcome = None
     if pool is not None and key is not None:
@@ -240,6 +252,15 @@ def run_worker(
         wall_s=wall_s,
         artifacts=artifacts,
     )
+
+
+def _settle(standby: StandbyPool | None, waits: dict[str, float] | None) -> None:
+    """Wait for the pool's standbys to start and released judges to end, noting how long."""
+    if standby is None:
+        return
+    settled = standby.settle()
+    if waits is not None:
+        waits.update(settled)
 
 
 def job_env(gpu: str | None) -> dict[str, str]:

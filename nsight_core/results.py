@@ -252,7 +252,36 @@ class Provenance(_Model):
             "keys come from the candidates' process: for benchmarks, never for verdicts."
         ),
     )
-    wall_seconds: float | None = None
+    wall_seconds: float | None = Field(
+        None,
+        description="Seconds the job's processes ran (the judge's start, or its handover to a "
+        "pre-started one, until its end): waits before that are in `waited_seconds`.",
+    )
+    queued_seconds: float | None = Field(
+        None,
+        description="Seconds from the request's submission until the job started on its "
+        "device (behind other jobs, or for a GPU another process holds; a cluster worker). "
+        "Part of `waited_seconds`; null where no queue ran the job (the engine called "
+        "directly).",
+    )
+    waited_seconds: float | None = Field(
+        None,
+        description="Seconds the job waited before its processes ran, apart from "
+        "`wall_seconds`: the sum of `waits`. Request time = waited_seconds + wall_seconds + "
+        "the assembly of the result.",
+    )
+    waits: dict[str, float] = Field(
+        default_factory=dict,
+        description=(
+            "Where `waited_seconds` went, by cause (only causes that cost time): queue (behind "
+            "other jobs of this server for the GPU or CPU slot, or for a cluster worker); device "
+            "(the GPU's lock held by another nspy-mcp process, or every free GPU busy with other "
+            "processes); prestart (a restarted server starting the standbys its store "
+            "remembers); standby (a pre-started judge finishing its start, or one being "
+            "retired); previous_job (the previous job's judge still ending). No start-up or "
+            "teardown may overlap a measurement, so these are waited out, not run alongside."
+        ),
+    )
     contestant_confined: bool | None = Field(
         None,
         description="True when the candidates' process could reach only its workdir, private "

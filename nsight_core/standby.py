@@ -374,14 +374,20 @@ class StandbyPool:
             self.released += 1
         return released(spare.argv, time.monotonic() - spare.handed_at)
 
-    def settle(self, timeout_s: float = HANDOVER_TIMEOUT_S) -> None:
+    def settle(self, timeout_s: float = HANDOVER_TIMEOUT_S) -> dict[str, float]:
         """Wait until no standby is still starting and no released judge is still ending:
         imports, CUDA context creation and teardown must not overlap a job's measurements on
         the same GPU. A speculative standby still starting is retired instead, whatever its
         settings: its start (it also imports Triton and warms its GPU path) takes longer than
         a cold job's, so waiting for it would make the job slower than starting cold (on the
-        H200 a first request sent at once took 6.62 s that way, against 5.8 s cold)."""
-        end = time.monotonic() + timeout_s
+        H200 a first request sent at once took 6.62 s that way, against 5.8 s cold).
+
+        Returns the seconds waited by cause ('standby': starting or retiring standbys,
+        'previous_job': a released judge ending), for the job's provenance: a request sent
+        right after another can wait here longer than its own processes run, and an answer
+        that hid this would send the agent looking for the time in the wrong place."""
+        start = time.monotonic()
+        end = start + timeout_s
         doomed: list[Standby] = []
         with self._lock:
             for k, spare in list(self._spares.items()):
@@ -391,13 +397,20 @@ class StandbyPool:
             draining = list(self._draining)
         for spare in doomed:
             spare.retire()
+        retired = time.monotonic()
         for drain in draining:
             drain.join(max(0.0, end - time.monotonic()))
         with self._lock:
             self._draining = [d for d in self._draining if d.is_alive()]
+        drained = time.monotonic()
         for spare in spares:
             while spare.alive() and not spare.ready() and time.monotonic() < end:
                 time.sleep(0.02)
+        waits = {
+            "standby": (retired - start) + (time.monotonic() - drained),
+            "previous_job": drained - retired,
+        }
+        return {cause: s for cause, s in waits.items() if s > 0}
 
     def refill(self, key: StandbyKey, *, speculative: bool = False) -> None:
         """Start the standby for the next job like this one (retiring the oldest others)."""

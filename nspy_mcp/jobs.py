@@ -43,6 +43,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
+from nsight_core.assemble import with_waits
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import job_env
 from nsight_core.probe import gpu_process_counts, list_gpus
@@ -266,9 +268,15 @@ class DeviceLocks:
 
     @contextlib.asynccontextmanager
     async def take(
-        self, want: GpuSlot | None, on_wait: Callable[[str], None]
+        self,
+        want: GpuSlot | None,
+        on_wait: Callable[[str], None],
+        waits: dict[str, float] | None = None,
     ) -> AsyncIterator[GpuSlot]:
-        """Wait for `want` (None: the best free slot) and hold it for the block."""
+        """Wait for `want` (None: the best free slot) and hold it for the block.
+
+        `waits` receives the seconds waited by cause: 'queue' (behind this server's jobs)
+        and 'device' (another process's lock, or GPUs busy with other processes)."""
         await self.slots()
         ticket = _Ticket(want)
         self._waiting.append(ticket)
@@ -284,8 +292,10 @@ class DeviceLocks:
                     told.add(why)
                     on_wait(why)
                 changed = self._changed
+                since = time.monotonic()
                 with anyio.move_on_after(CROSS_PROCESS_POLL_S):
                     await changed.wait()
+                _account(waits, "queue" if OURS in why else "device", since)
         except BaseException:
             if ticket.slot is not None:  # given to it just as it was cancelled
                 self._release(ticket.slot)
@@ -334,11 +344,12 @@ class DeviceLocks:
         return self._busy.get(slot.index, 0) if slot.index is not None else 0
 
     def _why_waiting(self, ticket: _Ticket) -> str:
+        """Why the ticket waits; the words name whose jobs it waits for (`OURS`)."""
         assert self._slots is not None
         wanted = [ticket.want] if ticket.want is not None else self._slots
         ours = [s.key for s in wanted if s.key in self._held]
         if len(ours) == len(wanted):
-            return f"queued: another job of this server is using {', '.join(ours)}"
+            return f"queued: another job {OURS} is using {', '.join(ours)}"
         free = [s for s in wanted if s.key not in self._held]
         if ticket.want is None and all(self._busy_count(s) for s in free):
             keys = ", ".join(s.key for s in free)
@@ -346,7 +357,7 @@ class DeviceLocks:
         if ticket.want is None and any(
             t.want is None for t in self._waiting[: self._waiting.index(ticket)]
         ):
-            return "queued: behind other jobs of this server"
+            return f"queued: behind other jobs {OURS}"
         keys = ", ".join(s.key for s in free)
         return f"queued: another nspy-mcp process is using {keys}"
 
@@ -392,6 +403,17 @@ def _nvml_busy() -> dict[int, int]:
     return gpu_process_counts()
 
 
+OURS = "of this server"
+"""In a reason to wait: the job waits for this server's own jobs (a 'queue' wait), not for
+another process (a 'device' wait)."""
+
+
+def _account(waits: dict[str, float] | None, cause: str, since: float) -> None:
+    """Add the seconds since `since` to `waits[cause]`."""
+    if waits is not None:
+        waits[cause] = waits.get(cause, 0.0) + time.monotonic() - since
+
+
 @dataclass(eq=False)
 class Job:
     """One submitted profile job and what waiters need to follow it."""
@@ -414,6 +436,12 @@ class Job:
     """A staged job's finished stages while later ones run (nsight_core/stages.py)."""
     cancel_reason: str | None = None
     version: int = 0
+    submitted: float = field(default_factory=time.monotonic)
+    """When it was submitted (time.monotonic): its queue time runs from here to `started`."""
+    queued_s: float | None = None
+    waits: dict[str, float] = field(default_factory=dict)
+    """Seconds waited before its processes ran, by cause (see Provenance.waits): the
+    server's share; the engine adds its own (the standby pool's) to the result."""
     _changed: anyio.Event = field(default_factory=anyio.Event)
 
     def notify(self) -> None:
@@ -531,7 +559,7 @@ class LocalExecutor:
             slot: GpuSlot | None = None
             with job.queue_scope:
                 slot = await stack.enter_async_context(
-                    self.locks.take(job.want, lambda m: queue.note(job, m))
+                    self.locks.take(job.want, lambda m: queue.note(job, m), job.waits)
                 )
             if slot is None or job.queue_scope.cancelled_caught or job.cancel.is_set():
                 return None
@@ -542,7 +570,9 @@ class LocalExecutor:
     async def _call_engine(self, job: Job, queue: JobQueue, slot: GpuSlot) -> ProfileResult:
         def engine() -> ProfileResult:
             try:
+                since = time.monotonic()
                 self._prestart_done.wait(PRESTART_WAIT_S)
+                _account(job.waits, "prestart", since)
                 return run_job(
                     job.request,
                     job.job_dir,
@@ -721,6 +751,10 @@ class JobQueue:
         """The job runs now, on `where` (a GPU of this host or a cluster worker)."""
         job.started = True
         job.where = where
+        # Whatever part of the queue time no executor attributed to another process's
+        # device (a cluster's scheduling included) was spent behind other jobs.
+        job.queued_s = time.monotonic() - job.submitted
+        job.waits["queue"] = max(0.0, job.queued_s - job.waits.get("device", 0.0))
         self.note(job, "started")
         note = f"running on {where}; call read_results with result_id={job.result_id} to follow it"
         await anyio.to_thread.run_sync(self._store.mark_running, job.result_id, note)
@@ -779,6 +813,7 @@ class JobQueue:
         return await anyio.to_thread.run_sync(record)
 
     def _normalize(self, job: Job, result: ProfileResult) -> ProfileResult:
+        result = with_waits(result, job.waits, queued_s=job.queued_s)
         update: dict[str, object] = {"result_id": job.result_id}
         cancelled = result.error is not None and result.error.ErrorClass is ErrorClass.CANCELLED
         if cancelled or (job.cancel.is_set() and result.status not in TERMINAL):

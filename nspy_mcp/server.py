@@ -389,7 +389,8 @@ class _Server(MCPServer[AppState]):
                 log.error("tool %r raised an unexpected exception", name, exc_info=exc.__cause__)
             tool = self._tool_manager.get_tool(name)
             schema = tool.parameters if tool is not None else None
-            raise ToolError(agent_text(name, exc, schema)) from exc
+            names = [t.name for t in self._tool_manager.list_tools()]
+            raise ToolError(agent_text(name, exc, schema, names)) from exc
 
 
 def _add_tool(

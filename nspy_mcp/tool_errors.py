@@ -11,7 +11,7 @@ never learn its argument was ignored.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -158,8 +158,16 @@ def _known_fields(schema: Mapping[str, Any] | None, loc: tuple[int | str, ...]) 
     return sorted(node.get("properties", {}))
 
 
-def agent_text(tool: str, exc: ToolError, schema: Mapping[str, Any] | None = None) -> str:
-    """What the SDK raised for a tool call, as the agent reads it: class first, no SDK prefix."""
+def agent_text(
+    tool: str,
+    exc: ToolError,
+    schema: Mapping[str, Any] | None = None,
+    tools: Sequence[str] = (),
+) -> str:
+    """What the SDK raised for a tool call, as the agent reads it: class first, no SDK prefix.
+
+    `tools`, the server's tool names, lets a misspelt tool name be answered with the
+    nearest ones: an agent that guessed a name should not need a tools/list round trip."""
     cause = exc.__cause__
     if isinstance(exc, UnexpectedToolError):
         return (
@@ -172,8 +180,19 @@ def agent_text(tool: str, exc: ToolError, schema: Mapping[str, Any] | None = Non
         return str(cause)
     text = str(exc).removeprefix(f"Error executing tool {tool}: ")
     if text.startswith("Unknown tool"):
-        return f"{ErrorClass.INVALID_REQUEST.value}: {text[0].lower()}{text[1:]}. To fix: call tools/list for the tools this server has"
+        return unknown_tool_text(tool, tools)
     return text
+
+
+def unknown_tool_text(tool: str, tools: Sequence[str]) -> str:
+    """A call of a tool this server does not have: the nearest names, then all of them."""
+    head = f"{ErrorClass.INVALID_REQUEST.value}: unknown tool {tool!r}"
+    known = sorted(tools)
+    if not known:
+        return f"{head}. To fix: call tools/list for the tools this server has"
+    close = difflib.get_close_matches(tool, known, n=3, cutoff=0.5)
+    fix = f"did you mean {' or '.join(map(repr, close))}?" if close else "call one of them"
+    return f"{head}; this server's tools are {known}. To fix: {fix}"
 
 
 def corrupt_error(err: CorruptResultError) -> ToolError:
@@ -187,6 +206,7 @@ def corrupt_error(err: CorruptResultError) -> ToolError:
 def reject_unknown_arguments(server: MCPServer[Any]) -> Any:
     """Middleware: a tools/call with arguments the tool does not take is refused, by name."""
     allowed: dict[str, list[str]] = {}
+    schemas: dict[str, Mapping[str, Any]] = {}
 
     async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
@@ -195,24 +215,41 @@ def reject_unknown_arguments(server: MCPServer[Any]) -> Any:
             if not allowed:
                 for tool in await server.list_tools():
                     allowed[tool.name] = sorted(tool.input_schema.get("properties", {}))
+                    schemas[tool.name] = tool.input_schema
             if isinstance(name, str) and name in allowed and isinstance(args, Mapping):
                 known = allowed[name]
                 extra = sorted(str(k) for k in args if k not in known)
                 if extra:
-                    return unknown_arguments_result(name, extra, known)
+                    return unknown_arguments_result(name, extra, known, schemas.get(name))
         return await call_next(ctx)
 
     return middleware
 
 
-def unknown_arguments_result(tool: str, extra: list[str], known: list[str]) -> CallToolResult:
-    """The error answer naming the unknown arguments, with the closest known name for each."""
-    hints = []
-    for arg in extra:
-        close = difflib.get_close_matches(arg, known, n=1)
-        if close:
-            hints.append(f"{arg!r} -> did you mean {close[0]!r}?")
-    text = f"invalid_request: unknown argument(s) {extra} for tool {tool}; it takes {known}" + (
-        f" ({'; '.join(hints)})" if hints else ""
-    )
+def unknown_arguments_result(
+    tool: str, extra: list[str], known: list[str], schema: Mapping[str, Any] | None = None
+) -> CallToolResult:
+    """The error answer naming the unknown arguments, with the closest known name for each.
+
+    With the tool's `schema`, an argument that belongs one level down (a top-level `wait`
+    or `runs` beside profile_candidates' `request`) is pointed at its place there, since
+    that mix-up, not a typo, is the usual cause."""
+    hints = [h for h in (_argument_hint(arg, known, schema) for arg in extra) if h]
+    text = f"invalid_request: unknown argument(s) {extra} for tool {tool}; it takes {known}"
+    text += f". To fix: {'; '.join(hints)}" if hints else ". To fix: remove them"
     return CallToolResult(is_error=True, content=[TextContent(type="text", text=text)])
+
+
+def _argument_hint(arg: str, known: list[str], schema: Mapping[str, Any] | None) -> str:
+    close = difflib.get_close_matches(arg, known, n=1)
+    if close:
+        return f"{arg!r} -> did you mean {close[0]!r}?"
+    for outer in known:
+        inner = _known_fields(schema, (outer,))
+        match = [arg] if arg in inner else difflib.get_close_matches(arg, inner, n=1)
+        if match:
+            return (
+                f"{arg!r} -> did you mean {outer}.{match[0]}? It goes inside {outer}: "
+                f'{{"{outer}": {{..., "{match[0]}": ...}}}}'
+            )
+    return ""
