@@ -227,7 +227,8 @@ async def test_a_job_whose_only_candidate_failed_is_failed_and_says_so(
             missing = structured(
                 await client.call_tool(
                     "profile_candidates",
-                    {"request": softmax_request(candidates=["no_such_file.py:softmax"])},
+                    # A module, not a file: a missing file is refused before queueing.
+                    {"request": softmax_request(candidates=["no_such_module_here:softmax"])},
                 )
             )
             wrong = structured(
