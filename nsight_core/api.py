@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from nsight_core.catalog import validate_metrics
+from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.exceptions import (
     InvalidMetricsError,
@@ -504,7 +505,7 @@ def kernel(
             arguments = [_arguments_of(func, a, k) for a, k in bound]
             if derive_metric is not None:
                 _check_derive(derive_metric, len(metric_list), len(arguments[0]))
-            if backend == "ncu":
+            if get_backend(backend).any_metric:  # counters: names checked before any run
                 _precheck_metrics(metric_list)
             result = _run(func, bound, thermal, level)
             out = ProfileResults(result, list(arguments[0]), arguments)

@@ -38,7 +38,6 @@ from nsight_core.aggregate import (
     reduce_runs,
 )
 from nsight_core.collectors import get_backend
-from nsight_core.collectors.cupti import flag_host_bound
 from nsight_core.diagnose import JobDiagnosis, apply_floor, diagnose_run
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import CheckEvent, FailureEvent, RunKey, SuspectEvent
@@ -658,7 +657,7 @@ def assemble_result(
     rows = apply_floor(rows, diagnosed.floors)
     # -- end issue 15 --
     rows = apply_suspects(rows, run.events.suspects, ctx.evidence)
-    rows = flag_host_bound(rows)  # cupti rows only: latency far above kernel time
+    rows = get_backend(settings.backend).annotate_rows(rows)
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)
     comparisons = compare_to_reference(values, request.reference, request.candidates, ctx=ctx)

@@ -39,10 +39,10 @@ from typing import IO, Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from nsight_core.annotation import RunContext, end_range, set_run_context, start_range
+from nsight_core.annotation import RunContext, set_run_context
 from nsight_core.check import aliased, mutated, snapshot_inputs
-from nsight_core.collectors.cupti import CuptiTimer
 from nsight_core.collectors.events import Device, detect_device, start_timer, sync_all
+from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, call_timer
 from nsight_core.early_cuda import EarlyCuda
 from nsight_core.errors import ErrorClass, NsightCoreError, WorkerExit
 from nsight_core.exchange import SlotTable
@@ -260,17 +260,16 @@ class Contestant:
         self,
         job: ContestantJob,
         not_confined: str | None = None,
-        cupti: CuptiTimer | None = None,
+        timer: CallTimer | None = None,
     ) -> None:
         self.job = job
         self.not_confined = not_confined
-        self._cupti = cupti
+        self.timer = timer if timer is not None else call_timer(job.child_timer)
         self.fns: dict[str, Callable[..., Any]] = {}
         self.slots = SlotTable()
         self.device: Device | None = None
         # Bound before any candidate code runs; integrity.py watches them for rebinding.
         self._perf_counter_ns = time.perf_counter_ns
-        self._time_call = Device.time_call
         self.watch = Watch()
         self._harness = harness_module_names()  # made before any user code is imported
         self._sock: socket.socket | None = None
@@ -318,8 +317,7 @@ class Contestant:
 
     def _notes(self) -> list[str]:
         notes = [self.not_confined] if self.not_confined else []
-        if self._cupti is not None and self._cupti.api_filter not in ("", "launches"):
-            notes.append(f"cupti: {self._cupti.api_filter}")
+        notes += self.timer.notes()
         return notes
 
     def serve(self, sock: socket.socket, reader: IO[bytes]) -> int:
@@ -372,23 +370,13 @@ class Contestant:
             if run is None:
                 out = fn(*args, **kwargs)
                 sync_all()
-            elif self.job.child_timer == "cupti":
-                assert self._cupti is not None
-                out, ns, spans = self._cupti.time_call(self.device, lambda: fn(*args, **kwargs))
-                kernels = [
-                    KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
-                    for k in spans
-                ]
-                outside = self._cupti.outside[:8]
-            elif self.job.child_timer == "clock":
-                out, ns = self._time_call(self.device, lambda: fn(*args, **kwargs))
             else:
-                rid = start_range(RunKey(msg.annotation, msg.config_id, run).range_name())
-                try:
-                    out = fn(*args, **kwargs)
-                    sync_all()
-                finally:
-                    end_range(rid)
+                timed = self.timer.time_call(
+                    self.device,
+                    RunKey(msg.annotation, msg.config_id, run),
+                    lambda: fn(*args, **kwargs),
+                )
+                out, ns, kernels, outside = timed.out, timed.ns, timed.kernels, timed.outside
         except Exception as exc:
             return ReplyMsg(
                 nonce=msg.nonce,
@@ -560,9 +548,10 @@ def _function_main(job_dir: Path) -> int:
     except Exception as exc:
         sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
         return int(WorkerExit.BAD_JOB)
-    timed = job.child_timer == "clock"
+    timer = call_timer(job.child_timer)
+    timed = not timer.external  # else NVTX ranges per region, which the profiler reads
     if not timed:
-        import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
+        timer.start()  # nvtx loaded now, so no profiled call pays for the import
     if job.workdir not in sys.path:
         sys.path.append(job.workdir)
     events = EventWriter(job_dir / EVENTS_FILE)
@@ -583,13 +572,10 @@ def main(argv: list[str]) -> int:
         exit_native(code, python_atexit=True)  # the user's function's own callbacks run
         return code
     prestarted = argv[3:] == ["--prestarted"]
-    if (
-        len(argv) not in (3, 4)
-        or argv[2] not in ("range", "clock", "cupti")
-        or (len(argv) == 4 and not prestarted)
-    ):
+    if len(argv) not in (3, 4) or argv[2] not in TIMER_KINDS or (len(argv) == 4 and not prestarted):
         sys.stderr.write(
-            "usage: python -m nsight_core.contestant PRIVATE_DIR range|clock|cupti [--prestarted]\n"
+            "usage: python -m nsight_core.contestant PRIVATE_DIR "
+            f"{'|'.join(TIMER_KINDS)} [--prestarted]\n"
         )
         return int(WorkerExit.BAD_JOB)
     timer_kind = argv[2]
@@ -607,13 +593,9 @@ def main(argv: list[str]) -> int:
     t1 = time.monotonic()
     init_cuda(early)
     t2 = time.monotonic()
-    if timer_kind == "range":
-        import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
-    timer: CuptiTimer | None = None
-    if timer_kind == "cupti":
-        timer = CuptiTimer()
-        timer.start()  # loads libcupti: before confinement and before any candidate import
-    if prestarted and timer_kind != "range":
+    timer = call_timer(timer_kind)
+    timer.start()  # what it loads (nvtx, libcupti): before confinement and any candidate
+    if prestarted and not timer.external:
         warm_gpu_path()  # not under ncu, which would intercept every one of these launches
     t3 = time.monotonic()
     sock.sendall(READY_LINE + b"\n")  # started: nothing of this process touches the GPU now
@@ -645,7 +627,7 @@ def main(argv: list[str]) -> int:
     # torch's interpreter teardown takes 0.5-0.9 s, and a thread a candidate left running
     # would hold a normal exit until the time limit. Under ncu, whose injected library
     # finishes in C's exit handlers, only Python's part is skipped; otherwise all of it.
-    if timer_kind == "range":
+    if timer.external:
         exit_native(code)
     exit_now(code)
     return code

@@ -44,7 +44,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from nsight_core.check import clone_args, same_result
 from nsight_core.collectors.base import Backend, Wrapped
-from nsight_core.collectors.cupti import call_samples
 from nsight_core.collectors.events import sync_all
 from nsight_core.contestant import (
     FRAMEWORKS,
@@ -63,7 +62,6 @@ from nsight_core.launch import Channel, ContestantGone, ContestantProcess, Launc
 from nsight_core.loader import load_callable
 from nsight_core.protocol import (
     EVENTS_FILE,
-    EVENTS_METRIC,
     JOB_FILE,
     READY_FILE,
     RELEASE_FD_ENV,
@@ -451,11 +449,9 @@ class Judge:
         if run is not None:
             st.pending[ann].append(RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=True))
             key = RunKey(ann, st.cid, run)
-            if self.backend.child_timer == "cupti" and reply.ns is not None:
-                ignore = self.settings.kernels.ignore
-                st.pending[ann] += call_samples(key, reply.ns, reply.kernels, ignore)
-            elif reply.ns is not None:
-                st.pending[ann].append(SampleEvent.of(key, EVENTS_METRIC, reply.ns))
+            st.pending[ann] += self.backend.call_samples(
+                key, reply.ns, reply.kernels, self.settings
+            )
 
     def _check_determinism(
         self, st: _ConfigState, ann: str, inputs: Inputs, expected: Any, first: Any

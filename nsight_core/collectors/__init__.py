@@ -5,6 +5,8 @@ ncu's too, and with it the metric catalog, diagnose and the environment probe (o
 `import nsight_core.contestant` took 0.36 s with them and 0.25 s without).
 """
 
+import importlib
+
 from nsight_core.collectors.base import Backend
 from nsight_core.collectors.base import get_backend as _registered
 
@@ -20,12 +22,7 @@ def get_backend(name: str) -> Backend:
 
 
 def _load(name: str) -> None:
-    if name == "cupti":
-        from nsight_core.collectors import cupti  # noqa: F401  # lazy: registers on first use
-    elif name == "events":
-        from nsight_core.collectors import events  # noqa: F401  # lazy: registers on first use
-    elif name == "ncu":
-        from nsight_core.collectors import ncu  # noqa: F401  # lazy: registers on first use
+    importlib.import_module(f"{__name__}.{name}")  # lazy: the module registers on first use
 
 
 def backend_names() -> list[str]:

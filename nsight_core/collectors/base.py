@@ -1,13 +1,15 @@
 """The backend interface: what a way of measuring must say, and the registry of them.
 
-A backend decides five things, and no other module compares backend names:
+A backend decides six things, and no other module compares backend names:
 
 - how the contestant's command is wrapped (`wrap`: under ncu, or not at all);
 - how a failed run is classified (`classify_end`: ncu's log, or nothing to add);
 - how the records of a run are read (`read_records`: an ncu report, or raw samples);
 - which metrics it measures (`measures`, `default_metric`, `settings_apply`);
-- its child-side timer (`child_timer`): an NVTX range that an external profiler reads, or
-  a clock inside the contestant. `evidence` says which of the two the rows can claim.
+- its child-side timer (`child_timer`, made in the contestant by `timers.call_timer`): an
+  NVTX range that an external profiler reads, or a clock inside the contestant; and the
+  judge's side of it (`call_samples`). `evidence` says which of the two the rows can claim;
+- the notes its rows call for (`annotate_rows`).
 
 Adding a backend (CUPTI is the next one) is one module: subclass `Backend`, implement the
 methods, and `register` an instance; `collectors/__init__.py` imports the module.
@@ -23,9 +25,9 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord
-from nsight_core.protocol import SampleEvent
+from nsight_core.protocol import KernelTiming, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
-from nsight_core.results import EvidenceKind, Failure
+from nsight_core.results import EvidenceKind, Failure, Row
 from nsight_core.settings import JobSettings
 
 if TYPE_CHECKING:  # only for annotations: sandbox.py stays out of the import graph here
@@ -109,6 +111,18 @@ class Backend(ABC):
         """The backend's own reading of how the run ended; None when it has nothing to add."""
         return None
 
+    def call_samples(
+        self, key: RunKey, ns: float | None, kernels: Sequence[KernelTiming], settings: JobSettings
+    ) -> list[SampleEvent]:
+        """The judge's samples of one timed call from what the contestant's timer reported:
+        its in-process time as the backend's metric; none where a profiler measures."""
+        return [] if ns is None else [SampleEvent.of(key, self.default_metric, ns)]
+
+    def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
+        """Notes only this backend's numbers call for (cupti: host-bound calls); the rows'
+        values and Trust stand."""
+        return list(rows)
+
     @abstractmethod
     def read_records(
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
@@ -134,7 +148,3 @@ def get_backend(name: str) -> Backend:
             f"backend {name!r} is not available in this version",
             f"use one of {', '.join(sorted(_REGISTRY))}",
         ) from None
-
-
-def backend_names() -> list[str]:
-    return sorted(_REGISTRY)

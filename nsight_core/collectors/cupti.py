@@ -48,9 +48,10 @@ from typing import Any, Protocol
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.events import Device, sync_all
+from nsight_core.collectors.timers import CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.extract import KernelRecord
-from nsight_core.protocol import RunKey, SampleEvent
+from nsight_core.protocol import KernelTiming, RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
 
@@ -589,12 +590,37 @@ CUPTI_INSTALL_HINT = (
 )
 
 
+class CuptiCallTimer(CallTimer):
+    """The contestant's side of the cupti backend: each call's kernels from CUPTI."""
+
+    kind = "cupti"
+    external = False
+
+    def __init__(self) -> None:
+        self._timer = CuptiTimer()
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def notes(self) -> list[str]:
+        api_filter = self._timer.api_filter
+        return [] if api_filter in ("", "launches") else [f"cupti: {api_filter}"]
+
+    def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
+        out, ns, spans = self._timer.time_call(device, fn)
+        kernels = [
+            KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
+            for k in spans
+        ]
+        return TimedCall(out, ns, kernels, self._timer.outside[:8])
+
+
 class CuptiBackend(Backend):
     """CUPTI kernel activity of each call, read inside the contestant."""
 
     name = "cupti"
     evidence = "in_process"
-    child_timer = "cupti"  # type: ignore[assignment,unused-ignore]  # until ChildTimer has it
+    child_timer = "cupti"
     default_metric = CUPTI_DURATION
     any_metric = False
     settings_apply = False
@@ -623,6 +649,16 @@ class CuptiBackend(Backend):
 
     def measures(self, settings: JobSettings) -> list[str]:
         return list(CUPTI_METRICS)
+
+    def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
+        return flag_host_bound(rows)  # latency far above kernel time
+
+    def call_samples(
+        self, key: RunKey, ns: float | None, kernels: Sequence[KernelTiming], settings: JobSettings
+    ) -> list[SampleEvent]:
+        if ns is None:
+            return []
+        return call_samples(key, ns, kernels, settings.kernels.ignore)
 
     def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
         return Wrapped(list(argv))
