@@ -37,6 +37,7 @@ from nsight_core.results import Comparison, EvidenceKind, Failure, Row, TrustLev
 from nsight_core.stats import (
     CI_LEVEL,
     MIN_RUNS_FOR_CI,
+    NS_PER_UNIT,
     Summary,
     paired_ratio,
     summarize,
@@ -49,9 +50,7 @@ its agent guide holds. It is a convention, not a derived bound; above it a row i
 MAX_ERROR_RUNS_LISTED = 8
 """Long count tables are cut here; the failure's message says how many were left out."""
 
-_TIME_UNITS = frozenset(
-    {"ns", "nsecond", "us", "usecond", "ms", "msecond", "s", "second", "cycle", "cycles"}
-)
+_TIME_UNITS = frozenset({*NS_PER_UNIT, "cycle", "cycles"})
 
 # --- stage 1: per-run values ------------------------------------------------------------
 

@@ -42,22 +42,12 @@ from nsight_core.collectors.cupti import (
 )
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Comparison, CrossCheckValue, ProfileResult, Row
+from nsight_core.stats import ns_per
 
 KERNEL_TIME_BELOW_PCT = 25.0
 """cupti's kernel time may lie this far below ncu's before it is flagged (percent of ncu's)..."""
 KERNEL_TIME_SLACK_NS = 2_000.0
 """... plus this absolute slack (2 us), so short kernels' fixed offsets do not trip it."""
-
-_NS_PER = {
-    "ns": 1.0,
-    "nsecond": 1.0,
-    "us": 1e3,
-    "usecond": 1e3,
-    "ms": 1e6,
-    "msecond": 1e6,
-    "s": 1e9,
-    "second": 1e9,
-}
 
 Key = tuple[str, int]
 """(annotation, config id)."""
@@ -76,7 +66,7 @@ def to_ns(value: float | None, unit: str | None) -> float | None:
     """A duration in ns; None when the unit is not a time unit (or the value is missing)."""
     if value is None or unit is None:
         return None
-    scale = _NS_PER.get(unit)
+    scale = ns_per(unit)
     return None if scale is None else value * scale
 
 

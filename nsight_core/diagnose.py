@@ -35,6 +35,7 @@ from nsight_core.extract import extract_records
 from nsight_core.protocol import EVENTS_METRIC, FloorEvent, RunKey
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import BoundKind, Diagnosis, Row, RuleFinding
+from nsight_core.stats import ns_per
 
 # -- what ncu collects -----------------------------------------------------------------
 
@@ -116,9 +117,6 @@ Used only without an ncu report. Where one name covers several memory configurat
 (GH200 96/144 GB, A100 40/80 GB) the highest is listed: a higher peak gives a lower floor,
 so the check stays conservative."""
 PEAK_TABLE_SOURCE = "NVIDIA datasheet peak for {gpu} (PEAK_DRAM_TABLE in nsight_core/diagnose.py)"
-
-_TIME_SCALE = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}
-_TIME_SCALE |= {"s": 1e9, "second": 1e9}
 
 
 def diagnose_metrics(requested: Sequence[str]) -> list[str]:
@@ -292,7 +290,7 @@ def floors_of(events: Sequence[FloorEvent], peak: Peak | None) -> dict[int, Floo
 
 
 def _ns(row: Row, value: float) -> float | None:
-    scale = _TIME_SCALE.get((row.Unit or "").strip().lower())
+    scale = ns_per(row.Unit)
     if scale is None and row.Metric in (DEFAULT_METRIC, EVENTS_METRIC) and not row.Unit:
         scale = 1.0
     return None if scale is None else value * scale

@@ -74,7 +74,7 @@ class NsightCoreError(Exception):
 
 
 class WorkerExit(IntEnum):
-    """Exit codes of ``python -m nsight_core.worker``; sandbox.py maps them to ErrorClass.
+    """Exit codes of a job's processes (judge, contestant); sandbox.py maps them to ErrorClass.
 
     Codes sit above 64 so they do not collide with Python's own 1 (uncaught exception)
     and 2 (usage), nor with the shell's 126-128+N for signals.

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from nsight_core.compare import array_kind
 from nsight_core.protocol import (
     ArrayNode,
     DictNode,
@@ -56,18 +57,6 @@ _PLAIN = (bool, int, float, str, type(None))
 def type_name(x: object) -> str:
     t = type(x)
     return f"{t.__module__}.{t.__qualname__}"
-
-
-def framework_of(x: object) -> str | None:
-    """'torch', 'numpy' or 'cupy' for an array of that library (exact or subclass)."""
-    for name in ("torch", "numpy", "cupy"):
-        mod = sys.modules.get(name)
-        if mod is None:
-            continue
-        cls = mod.Tensor if name == "torch" else mod.ndarray
-        if isinstance(x, cls):
-            return name
-    return None
 
 
 def _value_node(x: Any) -> ValueNode:
@@ -239,7 +228,7 @@ class Arena:
         return self._encode(obj, (key, "in"), new)
 
     def _encode(self, x: Any, path: tuple[str, ...], new: list[SlotSpec]) -> Node:
-        fw = framework_of(x)
+        fw = array_kind(x)
         if fw is not None:
             nbytes = _nbytes(x, fw)
             where = "cuda" if _device_of(x, fw) == "cuda" else "host"
@@ -323,7 +312,7 @@ class _Opaque:
 
 
 def _array_leaves(x: Any) -> Iterator[tuple[Any, str]]:
-    fw = framework_of(x)
+    fw = array_kind(x)
     if fw is not None:
         yield x, fw
     elif isinstance(x, dict):
@@ -411,7 +400,7 @@ class SlotTable:
     def _write(self, x: Any, out_slots: list[int], counter: Iterator[int], depth: int) -> Node:
         if depth > 32:
             return OpaqueNode(type_name="<nested deeper than 32 levels>")
-        fw = framework_of(x)
+        fw = array_kind(x)
         if fw is not None:
             i = next(counter)
             nbytes = _nbytes(x, fw)

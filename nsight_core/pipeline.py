@@ -26,7 +26,7 @@ from platformdirs import user_cache_dir
 
 from nsight_core.assemble import assemble_result, refused, with_waits
 from nsight_core.collectors import get_backend
-from nsight_core.collectors.base import Backend, Wrapped
+from nsight_core.collectors.base import Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.launch import CONTESTANT_ENV_PREFIX, LaunchPlan
 from nsight_core.protocol import (
@@ -60,12 +60,11 @@ TRANSPORT_ENV = "NSPY_MCP_TRANSPORT"
 of CUDA IPC (for hosts where IPC is unavailable; the judge also falls back by itself)."""
 
 
-def confine_contestant(backend: Backend) -> Literal["on", "off"]:
+def confine_contestant() -> Literal["on", "off"]:
     """'on'/'off' from NSPY_MCP_CONFINE; by default 'on' wherever the kernel has Landlock,
-    whatever the backend. The contestant creates its CUDA context before it confines itself
+    under every backend alike. The contestant creates its CUDA context before it confines itself
     (CUDA's first initialisation opens files no allow-list can name in advance; once it is
     up, kernels, IPC and JIT caches work confined: docs/correctness.md)."""
-    del backend  # every backend's contestant is confined the same way
     wanted = os.environ.get(CONFINE_ENV, "").strip()
     if wanted in ("0", "1"):
         return "on" if wanted == "1" else "off"
@@ -141,7 +140,7 @@ def run_profile_job(
         workdir=str(workdir),
         source_file=str(source_file) if source_file else None,
         child_timer=get_backend(request.backend).child_timer,
-        confine=confine_contestant(get_backend(request.backend)),
+        confine=confine_contestant(),
         cuda_ipc=os.environ.get(TRANSPORT_ENV, "ipc").strip() != "host",
     )
     settings = dataclasses.replace(JobSettings.of_request(request), gpu=gpu)

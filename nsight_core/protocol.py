@@ -1,10 +1,12 @@
-"""Messages between the parent (server, `@kernel` caller) and the worker; both sides import this.
+"""Messages between the parent (server, `@kernel` caller) and a job's processes; all import this.
 
 Contract:
 
 - The parent writes one ``job.json`` (a `WorkerJob`) into a fresh job directory and starts
-  ``python -m nsight_core.worker JOB_DIR`` (under ``ncu`` for the ncu backend).
-- The worker appends `WorkerEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
+  the job: ``python -m nsight_core.judge_boot JOB_DIR`` for a request (the judge starts the
+  contestant, under ``ncu`` for the ncu backend), ``python -m nsight_core.contestant
+  --function JOB_DIR`` for an `@kernel` function.
+- The job's processes append `WorkerEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
   never to stdout: stdout belongs to the candidate (and, in the server, to MCP).
 - Every profiled call runs inside an NVTX start/end range in domain `NVTX_DOMAIN` whose
   message is `RunKey.range_name()`. ncu keeps exactly those kernels, and extract.py
@@ -101,7 +103,7 @@ class FunctionJob(_Msg):
 
 
 class WorkerJob(_Msg):
-    """What ``python -m nsight_core.worker JOB_DIR`` reads from ``JOB_DIR/job.json``."""
+    """What a job's processes read from ``JOB_DIR/job.json``."""
 
     mode: Literal["request", "function"]
     backend: str = Field(description="A registered backend's name (collectors.get_backend).")

@@ -22,6 +22,18 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+NS_PER_UNIT: dict[str, float] = {
+    "ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3,
+    "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9,
+}  # fmt: skip
+"""Nanoseconds per time unit, under every name ncu's reports and our rows use."""
+
+
+def ns_per(unit: str | None) -> float | None:
+    """Nanoseconds per ``unit`` (case and spaces ignored); None when it is not a time."""
+    return NS_PER_UNIT.get((unit or "").strip().lower())
+
+
 CI_LEVEL = 0.95
 """Two-sided confidence level of every interval: the 95 % of Nsight Python's CI95 columns."""
 

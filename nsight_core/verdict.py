@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsight_core.check import compare_outputs
-from nsight_core.exchange import framework_of, type_name
+from nsight_core.compare import array_kind
+from nsight_core.exchange import type_name
 from nsight_core.protocol import ArrayNode, DictNode, Node, OpaqueNode, SeqNode, ValueNode
 
 TRIVIAL_MARGIN = 10.0
@@ -59,7 +60,7 @@ class TrivialBound:
 
 
 def _leaves(x: Any) -> Iterator[Any]:
-    if framework_of(x) is not None:
+    if array_kind(x) is not None:
         yield x
     elif isinstance(x, dict):
         for v in x.values():
@@ -79,7 +80,7 @@ def _float_arrays(x: Any) -> bool:
 
 
 def _map_leaves(x: Any, fn: Any) -> Any:
-    if framework_of(x) is not None:
+    if array_kind(x) is not None:
         return fn(x)
     if isinstance(x, dict):
         return {k: _map_leaves(v, fn) for k, v in x.items()}
@@ -114,12 +115,12 @@ def trivial_bound(
         ("all zeros", _map_leaves(expected, _zeros)),
         ("a constant (the mean)", _map_leaves(expected, _mean_constant)),
     ]
-    if framework_of(expected) is not None:
+    if array_kind(expected) is not None:
         args, kwargs = inputs
         named = [(f"args[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
         for name, value in named:
             if (
-                framework_of(value) is not None
+                array_kind(value) is not None
                 and type(value) is type(expected)
                 and tuple(value.shape) == tuple(expected.shape)
                 and value.dtype == expected.dtype
@@ -139,7 +140,7 @@ def trivial_bound(
 
 def type_mismatch(expected: Any, node: Node, path: str = "output") -> str | None:
     """The first place where the output's structure or exact types differ from expected."""
-    if framework_of(expected) is not None:
+    if array_kind(expected) is not None:
         return _array_mismatch(expected, node, path)
     if isinstance(expected, dict):
         return _dict_mismatch(expected, node, path)
@@ -157,7 +158,7 @@ def _array_mismatch(expected: Any, node: Node, path: str) -> str | None:
         return f"{path} is {_node_type(node)}, the reference returns {type_name(expected)}"
     if node.type_name != type_name(expected):
         return f"{path} is a {node.type_name}, the reference returns {type_name(expected)}"
-    cuda = framework_of(expected) == "cupy" or bool(getattr(expected, "is_cuda", False))
+    cuda = array_kind(expected) == "cupy" or bool(getattr(expected, "is_cuda", False))
     device = "cuda" if cuda else "cpu"
     if node.device != device:
         return f"{path} is on {node.device}, the reference's output is on {device}"
