@@ -50,6 +50,7 @@ def test_the_cpu_examples_are_all_there() -> None:
 
 
 @pytest.mark.parametrize("path", _examples())
+@pytest.mark.usefixtures("own_tempdir")  # an example's files go where a user's would: TMPDIR
 def test_example_main_runs_and_checks_itself(path: Path) -> None:
     module = _load(path)
     assert module.__doc__, f"{path.name} needs a docstring saying what it teaches"

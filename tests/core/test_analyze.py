@@ -10,6 +10,9 @@ import pytest
 
 import nsight_core as nsight
 
+# A `@kernel` job without an output_prefix writes to the system temporary directory.
+pytestmark = pytest.mark.usefixtures("own_tempdir")
+
 
 def test_nsight_pythons_import_surface_is_there() -> None:
     assert nsight.analyze.kernel is nsight.kernel

@@ -11,6 +11,9 @@ import pytest
 from nsight_core import ErrorClass, NsightCoreError, VerbosityLevel, annotate, exceptions, kernel
 from nsight_core.api import sanitize_configs
 
+# A `@kernel` job without an output_prefix writes to the system temporary directory.
+pytestmark = pytest.mark.usefixtures("own_tempdir")
+
 
 def two(a: int, b: int = 2, *, c: int = 3) -> None: ...
 

@@ -101,7 +101,11 @@ SERVER = textwrap.dedent(
 
 
 def start_server(code: str, cwd: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The tests kill this server with SIGKILL, so it cannot remove its job's temporary
+    # directory: that goes to a TMPDIR of the test's own.
+    tmp = cwd / "server-tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
     return subprocess.Popen([PY, "-c", SERVER, code, str(cwd)], env=env, cwd=cwd)
 
 

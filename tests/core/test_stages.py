@@ -170,6 +170,7 @@ def test_a_tiny_budget_cuts_the_screen_and_skips_the_profile_stage_saying_why(
     assert wall < 30, "the screen must be stopped at the budget, not at time_limit_s"
 
 
+@pytest.mark.slow  # two more jobs; the staged path itself runs by default (above)
 def test_cupti_screen_falls_back_to_events_where_cupti_cannot_run(tmp_path: Path) -> None:
     if importlib.util.find_spec("cupti") is not None:
         pytest.skip("cupti-python is installed here: no fallback to see")

@@ -1,5 +1,8 @@
 """Pre-started judges (standby.py) with real processes: a job handed over gets the same
-verdicts and numbers as a cold one, other settings start cold, a dead standby is replaced."""
+verdicts and numbers as a cold one, other settings start cold, a dead standby is replaced.
+
+Each test runs two or three jobs, about 3 s apiece on 2 cores: the handover itself and the
+handover socket's refusal of strangers run by default, the other cases are `slow`."""
 
 from __future__ import annotations
 
@@ -95,6 +98,7 @@ def test_the_next_job_is_handed_to_a_pre_started_judge_and_judged_the_same(
     assert rows["good"].NumRuns == 3 and rows["ref"].NumRuns == 3 and "wrong" not in rows
 
 
+@pytest.mark.slow
 def test_a_job_whose_judge_ends_badly_is_not_released_and_fails_as_a_cold_one(
     tmp_path: Path, pool: StandbyPool
 ) -> None:
@@ -110,6 +114,7 @@ def test_a_job_whose_judge_ends_badly_is_not_released_and_fails_as_a_cold_one(
     assert cold.message == warm.message
 
 
+@pytest.mark.slow
 def test_a_job_with_other_settings_retires_the_standby_and_starts_cold(
     tmp_path: Path, pool: StandbyPool
 ) -> None:
@@ -126,6 +131,7 @@ def test_a_job_with_other_settings_retires_the_standby_and_starts_cold(
     assert pool.taken == 1 and verdicts(again) == verdicts(other)
 
 
+@pytest.mark.slow
 def test_a_standby_that_died_while_idle_is_replaced_by_a_cold_start(
     tmp_path: Path, pool: StandbyPool
 ) -> None:
@@ -140,6 +146,7 @@ def test_a_standby_that_died_while_idle_is_replaced_by_a_cold_start(
     assert verdicts(result) == [("good", True), ("wrong", False)]
 
 
+@pytest.mark.slow
 def test_a_job_handed_over_can_be_cancelled(tmp_path: Path, pool: StandbyPool) -> None:
     run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
     slow = SOURCE + "\ndef slow(xs):\n    import time\n    time.sleep(60)\n    return xs\n"
@@ -158,6 +165,7 @@ def test_a_job_handed_over_can_be_cancelled(tmp_path: Path, pool: StandbyPool) -
     assert result.error is not None and result.error.ErrorClass == "cancelled", result.message
 
 
+@pytest.mark.slow
 def test_a_pool_closed_leaves_no_standby(tmp_path: Path) -> None:
     pool = StandbyPool()
     run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
@@ -223,6 +231,7 @@ def test_only_the_pool_that_started_a_judge_can_hand_it_a_job(
     assert pool.taken == 1 and verdicts(result) == [("good", True), ("wrong", False)]
 
 
+@pytest.mark.slow
 def test_a_pool_with_memory_writes_its_settings_and_a_later_pool_pre_starts_them(
     tmp_path: Path,
 ) -> None:
@@ -256,6 +265,7 @@ def test_a_pool_with_memory_writes_its_settings_and_a_later_pool_pre_starts_them
     assert phases(warm)["spawn"] == 0.0 and "standby_idle" in phases(warm)
 
 
+@pytest.mark.slow
 def test_a_job_retires_a_speculative_standby_still_starting_instead_of_waiting(
     tmp_path: Path,
 ) -> None:

@@ -80,12 +80,14 @@ class RangeOnly(Backend):
         return Records([], list(settings.metrics))
 
 
+@pytest.mark.usefixtures("own_tempdir")
 def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates(
     tmp_path: Path,
 ) -> None:
     # The judge runs in this process with a backend that opens NVTX ranges but attaches no
     # profiler (so the ranges are no-ops): every timed call still reports its RunKey, and
-    # a wrong candidate is never reported as timed.
+    # a wrong candidate is never reported as timed. (Outside the sandbox, which gives a
+    # judge's process a temporary directory it removes, the seat's slots go to the test's.)
     register(RangeOnly())
     source = SOURCE + "\ndef wrong(path):\n    return 2\n"
     request = ProfileRequest(

@@ -21,6 +21,10 @@ line continues the one above):
 jobs go through one standby pool, as a server's do: after the first, each job is handed to
 a judge and contestant started before it (standby.py), so every verdict here holds for
 pre-started processes too.
+
+On CPU each job runs when a test first needs it. The shared job runs by default; the
+candidates that run alone are marked `slow` (a job each, about 3 s apiece on 2 cores) and
+go through one standby pool, the first cold and the others pre-started, as above.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import ast
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,16 +182,55 @@ def run_catalogue(
     return out
 
 
+SHARED = [h for h in HEADERS if "Runs alone" not in h.fields]
+LONERS = [h for h in HEADERS if "Runs alone" in h.fields]
+WHOLE_JOB = {h.name for h in HEADERS if h.fields.get("Expect trust") == "suspicious"}
+"""Candidates whose finding concerns their whole job (a patched timer, a forged message, a
+shadowing file): the reference's rows of their job are rightly suspicious too."""
+
+JobOf = Callable[[Header], ProfileResult]
+
+
+def _param(h: Header) -> Any:
+    return pytest.param(h, id=h.name, marks=[pytest.mark.slow] if h in LONERS else [])
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ProfileResult]:
-    return run_catalogue(tmp_path_factory.mktemp)
+def loner_pool() -> Iterator[StandbyPool]:
+    pool = StandbyPool()
+    yield pool
+    pool.close()
 
 
-@pytest.mark.parametrize("header", HEADERS, ids=[h.name for h in HEADERS])
-def test_candidate_gets_the_verdict_its_header_states(
-    header: Header, results: dict[str, ProfileResult]
-) -> None:
-    result = results[header.spec]
+@pytest.fixture(scope="module")
+def job_of(tmp_path_factory: pytest.TempPathFactory, loner_pool: StandbyPool) -> JobOf:
+    """The result of the job a candidate ran in, run the first time a test asks for it: the
+    shared job (cold) for the shared candidates, a job of its own (through `loner_pool`)
+    for one that runs alone."""
+    done: dict[str, ProfileResult] = {}
+
+    def job(h: Header) -> ProfileResult:
+        key = h.name if h in LONERS else "shared"
+        if key not in done:
+            if key == "shared":
+                specs = [s.spec for s in SHARED]
+                done[key] = profile(specs, tmp_path_factory.mktemp("shared"))
+            else:
+                done[key] = profile(
+                    [h.spec],
+                    tmp_path_factory.mktemp(h.name),
+                    config=h.config,
+                    atol=h.atol,
+                    standby=loner_pool,
+                )
+        return done[key]
+
+    return job
+
+
+@pytest.mark.parametrize("header", [_param(h) for h in HEADERS])
+def test_candidate_gets_the_verdict_its_header_states(header: Header, job_of: JobOf) -> None:
+    result = job_of(header)
     verdicts = [c for c in result.correctness if c.Annotation == header.spec]
     rows = [r for r in result.rows if r.Annotation == header.spec]
     assert verdicts, f"no correctness verdict for {header.spec}: {result.message}"
@@ -221,14 +264,28 @@ def test_candidate_gets_the_verdict_its_header_states(
         assert not foreign, f"kernels of another thread in the reference's rows: {foreign}"
 
 
-def test_the_reference_is_timed_and_trusted_in_every_job(
-    results: dict[str, ProfileResult],
-) -> None:
+@pytest.mark.parametrize(
+    "header",
+    [
+        pytest.param(SHARED[0], id="shared"),  # the shared job, by one of its candidates
+        *(_param(h) for h in LONERS if h.name not in WHOLE_JOB),
+    ],
+)
+def test_the_reference_is_timed_and_trusted_in_every_job(header: Header, job_of: JobOf) -> None:
     # A finding that concerns the whole job (a patched timer, a forged message, a shadowing
     # file) rightly makes the reference's rows suspicious too; every other job trusts them.
-    whole_job = {h.spec for h in HEADERS if h.fields.get("Expect trust") == "suspicious"}
-    jobs = {res.result_id: res for spec, res in results.items() if spec not in whole_job}
-    for res in jobs.values():
-        rows = [r for r in res.rows if r.Annotation == "_reference.py:softmax"]
-        assert rows, res.message
-        assert all(r.Trust in ("ok", "noisy") for r in rows), [(r.Trust, r.Reasons) for r in rows]
+    res = job_of(header)
+    rows = [r for r in res.rows if r.Annotation == "_reference.py:softmax"]
+    assert rows, res.message
+    assert all(r.Trust in ("ok", "noisy") for r in rows), [(r.Trust, r.Reasons) for r in rows]
+
+
+@pytest.mark.slow
+def test_the_jobs_that_run_alone_went_to_pre_started_judges(
+    job_of: JobOf, loner_pool: StandbyPool
+) -> None:
+    for h in LONERS:  # already run when the tests above ran: their results are kept
+        job_of(h)
+    taken = f"{loner_pool.taken} of {len(LONERS)}"
+    sys.stdout.write(f"[events] {taken} jobs of candidates that run alone were pre-started\n")
+    assert loner_pool.taken > 0, "no job of the catalogue went to a pre-started judge"

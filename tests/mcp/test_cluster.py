@@ -2,7 +2,8 @@
 one `GPU` resource), the real MCP server and client in memory, events jobs on CPU.
 
 One job runs through; one loses its worker mid-job (the worker process is killed) and
-finishes on the other; one loses both workers and is recorded failed, naming them.
+finishes on the other; one loses both workers and is recorded failed, naming them. A cluster
+and its jobs take 5-15 s per test on 2 cores: those tests are `slow`.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ STARTED = re.compile(r"running on Dask worker (\S+) \(host [^,]+, pid (\d+)\)")
 
 
 @pytest.fixture
-async def cluster_address() -> AsyncIterator[str]:
-    """A scheduler and two single-threaded worker processes, each with GPU=1."""
+async def cluster_address(own_tempdir: Path) -> AsyncIterator[str]:
+    """A scheduler and two single-threaded worker processes, each with GPU=1.
+
+    Their scratch space and temporary files are the test's: a worker the test kills cannot
+    remove its job's folder."""
     async with distributed.LocalCluster(
         n_workers=2,
         threads_per_worker=1,
@@ -41,6 +45,7 @@ async def cluster_address() -> AsyncIterator[str]:
         dashboard_address=":0",
         host="127.0.0.1",
         asynchronous=True,
+        local_directory=str(own_tempdir),
     ) as cluster:
         address = cluster.scheduler_address.removeprefix("tcp://")
         yield f"dask://{address}"
@@ -60,6 +65,7 @@ def test_the_executor_is_local_by_default_or_a_dask_scheduler_address(
     assert callable(run_on_worker)
 
 
+@pytest.mark.slow
 async def test_a_job_runs_on_a_worker_and_its_result_and_files_land_in_the_store(
     cluster_address: str, tmp_path: Path
 ) -> None:
@@ -124,6 +130,7 @@ async def _kill_worker_when_running(client: Client, result_id: str, not_pid: int
         assert got["status"] in ("queued", "running"), got["message"]
 
 
+@pytest.mark.slow
 async def test_a_job_whose_worker_dies_is_retried_once_on_another_worker(
     cluster_address: str, tmp_path: Path
 ) -> None:
@@ -147,6 +154,7 @@ async def test_a_job_whose_worker_dies_is_retried_once_on_another_worker(
     assert "was lost mid-job" in final["message"]
 
 
+@pytest.mark.slow
 async def test_a_job_that_loses_both_workers_is_recorded_failed_naming_them(
     cluster_address: str, tmp_path: Path
 ) -> None:

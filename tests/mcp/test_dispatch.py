@@ -167,6 +167,7 @@ def _barrier_request(seen: Path, **extra: Any) -> dict[str, Any]:
     return request | extra
 
 
+@pytest.mark.slow  # two jobs at once on 2 cores; placement itself is checked above
 async def test_two_jobs_run_at_once_each_seeing_only_its_gpu_which_rows_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,6 +22,7 @@ from nsight_core.request import MAX_CONFIG_DEPTH, MAX_CONFIGS_BYTES, ProfileRequ
 from nspy_mcp import demo_kernels
 from nspy_mcp.wire import top_level_scalars
 from tests.mcp.test_server import (
+    JOB_MODES,
     MODES,
     connected,
     error_text,
@@ -218,7 +219,7 @@ def test_top_level_scalars_reads_id_and_method_at_any_depth() -> None:
 # -- outcomes ---------------------------------------------------------------------------------
 
 
-@MODES
+@JOB_MODES
 async def test_a_job_whose_only_candidate_failed_is_failed_and_says_so(
     mode: str, tmp_path: Path
 ) -> None:
@@ -250,7 +251,7 @@ async def test_a_job_whose_only_candidate_failed_is_failed_and_says_so(
     assert any(r["AvgValue"] is not None for r in missing["rows"])  # the reference's rows stay
 
 
-@MODES
+@JOB_MODES
 async def test_the_message_says_what_to_act_on_and_what_noise_changes(
     mode: str, tmp_path: Path
 ) -> None:

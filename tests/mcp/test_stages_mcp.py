@@ -69,6 +69,7 @@ def error_text(result: CallToolResult) -> str:
     return first.text
 
 
+@pytest.mark.slow  # a staged job (two stages) through the server, read while it runs
 async def test_read_results_shows_the_screen_rows_and_an_eta_while_the_profile_stage_runs(
     tmp_path: Path,
 ) -> None:

@@ -23,7 +23,11 @@ from nsight_core.protocol import READY_FILE
 from tests.core.test_sandbox import alive
 from tests.mcp.test_server import softmax_request, structured
 
-pytestmark = pytest.mark.anyio
+# `slow`: each test starts stdio servers and several jobs (test_standby.py runs the pool's
+# handover by default). The servers' temporary folders (standby homes among them) are the
+# test's own: a server killed with SIGKILL cannot remove its own, and other runs' standbys on
+# this host are not counted as this server's.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("own_tempdir")]
 
 
 def standby_pids() -> set[int]:
@@ -42,7 +46,8 @@ def standby_pids() -> set[int]:
 
 
 def ready_standbys() -> set[Path]:
-    """Homes of pre-started judges whose pair has started (standby.py's ready file)."""
+    """Homes of pre-started judges whose pair has started (standby.py's ready file), in this
+    test's temporary directory (`own_tempdir`)."""
     return {p.parent for p in Path(tempfile.gettempdir()).glob(f"nspy-standby-*/{READY_FILE}")}
 
 
