@@ -7,7 +7,7 @@ only looks; it never changes a driver setting. The `events` backend works everyw
 
 from __future__ import annotations
 
-from nsight_core.probe import EnvironmentReport, probe_environment
+from nsight_core.host.probe import EnvironmentReport, probe_environment
 
 
 def main() -> EnvironmentReport:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from gpu_required import EVENTS_KERNEL, exit_unless_gpu
 
 from nsight_core.annotation import annotate
-from nsight_core.api import ProfileResults, kernel
+from nsight_core.nsight.api import ProfileResults, kernel
 
 exit_unless_gpu(__name__, instead=EVENTS_KERNEL)  # before torch: a message, not a traceback
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nsight_core.annotation import annotate
-from nsight_core.api import ProfileResults, kernel
+from nsight_core.nsight.api import ProfileResults, kernel
 
 
 @kernel(configs=[(64,), (256,)], runs=3, backend="events")

@@ -13,7 +13,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from nsight_core.probe import probe_environment
+from nsight_core.host.probe import probe_environment
 
 EXIT_CODE = 2
 EVENTS_ENGINE = "examples/01_profile_softmax_events.py (the same engine call on the CPU)"

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nsight_core import analyze, exceptions, utils
     from nsight_core.annotation import annotate
-    from nsight_core.api import ProfileResults, VerbosityLevel, kernel
     from nsight_core.errors import ErrorClass, NsightCoreError
+    from nsight_core.nsight.api import ProfileResults, VerbosityLevel, kernel
     from nsight_core.request import ProfileRequest
     from nsight_core.results import ProfileResult, Row
 
@@ -28,13 +28,13 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "NsightCoreError": ("nsight_core.errors", "NsightCoreError"),
     "ProfileRequest": ("nsight_core.request", "ProfileRequest"),
     "ProfileResult": ("nsight_core.results", "ProfileResult"),
-    "ProfileResults": ("nsight_core.api", "ProfileResults"),
+    "ProfileResults": ("nsight_core.nsight.api", "ProfileResults"),
     "Row": ("nsight_core.results", "Row"),
-    "VerbosityLevel": ("nsight_core.api", "VerbosityLevel"),
+    "VerbosityLevel": ("nsight_core.nsight.api", "VerbosityLevel"),
     "analyze": ("nsight_core.analyze", None),
     "annotate": ("nsight_core.annotation", "annotate"),
     "exceptions": ("nsight_core.exceptions", None),
-    "kernel": ("nsight_core.api", "kernel"),
+    "kernel": ("nsight_core.nsight.api", "kernel"),
     "utils": ("nsight_core.utils", None),
 }
 """Public name -> (module, attribute; None for the module itself)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsight_core.api import ProfileResults, ignore_failures, kernel
+from nsight_core.nsight.api import ProfileResults, ignore_failures, kernel
 from nsight_core.results import Row
 
 _PLOT_TYPES = ("line", "bar")

@@ -75,7 +75,7 @@ def get_metrics_error_message(
     word = "Invalid" if error_type is MetricErrorType.INVALID else "Unsupported"
     return (
         f"{word} value {list(metrics)} for 'metrics' parameter for nsight.analyze.kernel().\n"
-        "Check the names with nsight_core.catalog.validate_metrics or ncu --query-metrics."
+        "Check the names with nsight_core.host.catalog.validate_metrics or ncu --query-metrics."
     )
 
 

@@ -24,11 +24,13 @@ from typing import Literal
 
 from platformdirs import user_cache_dir
 
-from nsight_core.assemble import assemble_result, refused, with_waits
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.launch import CONTESTANT_ENV_PREFIX, LaunchPlan
+from nsight_core.processes.launch import CONTESTANT_ENV_PREFIX, LaunchPlan
+from nsight_core.processes.sandbox import SandboxLimits, landlock_abi, run_sandboxed
+from nsight_core.processes.seat import plan_launch
+from nsight_core.processes.standby import StandbyKey, StandbyPool
 from nsight_core.protocol import (
     EVENTS_FILE,
     JOB_ARTIFACTS,
@@ -40,11 +42,9 @@ from nsight_core.protocol import (
 )
 from nsight_core.request import ProfileRequest, named_files, request_workdir
 from nsight_core.results import ProfileResult, iso, utc_now
-from nsight_core.runs import EventTail, ProgressCallback, WorkerRun, read_events
-from nsight_core.sandbox import SandboxLimits, landlock_abi, run_sandboxed
-from nsight_core.seat import plan_launch
+from nsight_core.rows.assemble import assemble_result, refused, with_waits
+from nsight_core.rows.runs import EventTail, ProgressCallback, WorkerRun, read_events
 from nsight_core.settings import JobSettings
-from nsight_core.standby import StandbyKey, StandbyPool
 
 JUDGE_GRACE_S = 30.0
 """The judge outlives its contestant's limit by this much, to report how it ended."""
@@ -178,7 +178,7 @@ def run_worker(
     python = [sys.executable, "-P", "-m"]
     plan: LaunchPlan | None = None
     if job.mode == "request":
-        argv = [*python, "nsight_core.judge_boot", str(job_dir)]
+        argv = [*python, "nsight_core.judge.boot", str(job_dir)]
         wall = settings.time_limit_s + JUDGE_GRACE_S
         output_dir = job_dir / JUDGE_DIR
         wrapped = Wrapped(argv)

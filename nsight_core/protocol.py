@@ -3,7 +3,7 @@
 Contract:
 
 - The parent writes one ``job.json`` (a `WorkerJob`) into a fresh job directory and starts
-  the job: ``python -m nsight_core.judge_boot JOB_DIR`` for a request (the judge starts the
+  the job: ``python -m nsight_core.judge.boot JOB_DIR`` for a request (the judge starts the
   contestant, under ``ncu`` for the ncu backend), ``python -m nsight_core.contestant
   --function JOB_DIR`` for an `@kernel` function.
 - The job's processes append `WorkerEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
@@ -25,12 +25,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass
-from nsight_core.launch import CONTESTANT_SOCKET as CONTESTANT_SOCKET
-from nsight_core.launch import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from nsight_core.launch import READY_LINE as READY_LINE
 from nsight_core.request import KernelsSpec, ProfileRequest
-from nsight_core.sandbox import STDERR_FILE as STDERR_FILE
-from nsight_core.sandbox import STDOUT_FILE as STDOUT_FILE
+from nsight_core.runtime.files import CONTESTANT_SOCKET as CONTESTANT_SOCKET
+from nsight_core.runtime.files import MAX_REPLY_BYTES as MAX_REPLY_BYTES
+from nsight_core.runtime.files import READY_LINE as READY_LINE
+from nsight_core.runtime.files import STDERR_FILE as STDERR_FILE
+from nsight_core.runtime.files import STDOUT_FILE as STDOUT_FILE
 from nsight_core.settings import JobSettings
 
 NVTX_DOMAIN = "nspy"

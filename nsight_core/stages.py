@@ -41,11 +41,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nsight_core.assemble import refused
 from nsight_core.collectors import get_backend
-from nsight_core.crosscheck import cross_check
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import preflight, run_profile_job
+from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import KernelsSpec, ProfileRequest
 from nsight_core.results import (
     JobStatus,
@@ -58,8 +57,9 @@ from nsight_core.results import (
     iso,
     utc_now,
 )
-from nsight_core.runs import ProgressCallback
-from nsight_core.standby import StandbyPool
+from nsight_core.rows.assemble import refused
+from nsight_core.rows.crosscheck import cross_check
+from nsight_core.rows.runs import ProgressCallback
 
 SCREEN_DIR = "screen"
 """The screen stage's job directory inside the result's; the profile stage uses the result's

@@ -13,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.results import Failure, ProfileResult
-from nsight_core.store import ResultFilter, ResultStore, ResultSummary
+from nsight_core.store.result_store import ResultFilter, ResultStore, ResultSummary
 
 COMPACT_TRACEBACK_LINES = 12
 """Traceback lines kept in compact answers: the frames nearest the error, where the cause

@@ -28,9 +28,9 @@ STDIO_TTY_NOTE = (
 
 
 def _warm_first_request() -> None:
-    from nsight_core.catalog import warm_metric_check  # lazy: serve only
-    from nsight_core.extract import warm_report_reader  # lazy: serve only
-    from nsight_core.store import warm_result_validator  # lazy: serve only
+    from nsight_core.collectors.extract import warm_report_reader  # lazy: serve only
+    from nsight_core.host.catalog import warm_metric_check  # lazy: serve only
+    from nsight_core.store.result_store import warm_result_validator  # lazy: serve only
 
     warm_metric_check()
     warm_result_validator()

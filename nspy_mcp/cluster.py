@@ -47,7 +47,7 @@ from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
 from nsight_core.stages import run_job
-from nsight_core.store import LOCK_FILE, MANIFEST_FILE, RESULT_FILE
+from nsight_core.store.result_store import LOCK_FILE, MANIFEST_FILE, RESULT_FILE
 from nspy_mcp.cluster_files import Folder, pack_request, unpack_request
 from nspy_mcp.jobs import CANCEL_GRACE_S, GpuSlot, Job, JobQueue, discover_slots, with_gpu
 

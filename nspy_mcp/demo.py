@@ -25,8 +25,8 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
-from nsight_core.catalog import MetricsValidation
-from nsight_core.probe import EnvironmentReport
+from nsight_core.host.catalog import MetricsValidation
+from nsight_core.host.probe import EnvironmentReport
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import ProfileResult
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from nsight_core.catalog import MetricsValidation, validate_metrics
 from nsight_core.errors import NsightCoreError
-from nsight_core.probe import EnvironmentReport, PackageStatus, probe_environment
+from nsight_core.host.catalog import MetricsValidation, validate_metrics
+from nsight_core.host.probe import EnvironmentReport, PackageStatus, probe_environment
 
 
 def _w(line: str = "") -> None:

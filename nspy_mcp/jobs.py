@@ -55,22 +55,22 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from nsight_core.assemble import with_waits
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.probe import gpu_process_counts, list_gpus
 from nsight_core.pipeline import job_env
-from nsight_core.probe import gpu_process_counts, list_gpus
-from nsight_core.protocol import ProgressEvent
-from nsight_core.request import ProfileRequest
-from nsight_core.results import ProfileResult
-from nsight_core.stages import StageUpdate, preflight_request, run_job
-from nsight_core.standby import (
+from nsight_core.processes.standby import (
     StandbyKey,
     StandbyMemory,
     StandbyPool,
     prestart_enabled,
     standby_enabled,
 )
-from nsight_core.store import TERMINAL, ResultStore
+from nsight_core.protocol import ProgressEvent
+from nsight_core.request import ProfileRequest
+from nsight_core.results import ProfileResult
+from nsight_core.rows.assemble import with_waits
+from nsight_core.stages import StageUpdate, preflight_request, run_job
+from nsight_core.store.result_store import TERMINAL, ResultStore
 from nspy_mcp.progress import ProgressTracker, ProgressUpdate
 
 try:
@@ -500,7 +500,7 @@ class LocalExecutor:
         self._prestart_done.set()
 
     def standby(self, slot: GpuSlot) -> StandbyPool | None:
-        """The slot's pool of pre-started judges (nsight_core/standby.py); None when they are
+        """The slot's pool of pre-started judges (nsight_core/processes/standby.py); None when they are
         turned off (NSPY_MCP_STANDBY=0) or the server is shutting down."""
         if not standby_enabled():
             return None

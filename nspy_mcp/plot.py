@@ -19,7 +19,7 @@ from typing import Any
 
 from nsight_core.errors import NsightCoreError
 from nsight_core.results import Comparison, Diagnosis, ProfileResult
-from nsight_core.store import CorruptResultError, ResultStore
+from nsight_core.store.result_store import CorruptResultError, ResultStore
 
 
 def _label(params: dict[str, Any]) -> str:

@@ -20,19 +20,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nsight_core.aggregate import (
+from nsight_core.collectors.extract import (
+    ActionInfo,
+    ExtractedReport,
+    KernelRecord,
+    extract_records,
+)
+from nsight_core.errors import NsightCoreError
+from nsight_core.protocol import RunKey
+from nsight_core.request import KernelsSpec, Reducer
+from nsight_core.results import Diagnosis, Row
+from nsight_core.rows.aggregate import (
     RowContext,
     RunValues,
     aggregate_rows,
     lower_is_better,
     reduce_runs,
 )
-from nsight_core.diagnose import diagnose_run
-from nsight_core.errors import NsightCoreError
-from nsight_core.extract import ActionInfo, ExtractedReport, KernelRecord, extract_records
-from nsight_core.protocol import RunKey
-from nsight_core.request import KernelsSpec, Reducer
-from nsight_core.results import Diagnosis, Row
+from nsight_core.rows.diagnose import diagnose_run
 
 FORMATS = ("table", "json", "csv")
 _TABLE_COLUMNS = (

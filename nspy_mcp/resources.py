@@ -15,9 +15,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 
 from nsight_core.errors import NsightCoreError
-from nsight_core.manifest import result_manifest
 from nsight_core.results import ProfileResult
-from nsight_core.store import CorruptResultError, ResultStore, validate_result_id
+from nsight_core.store.manifest import result_manifest
+from nsight_core.store.result_store import CorruptResultError, ResultStore, validate_result_id
 
 RESULT_PARTS: dict[str, str] = {
     "rows": "Rows with statistics, trust verdicts and raw per-run values.",

@@ -30,15 +30,15 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import Field
 
-from nsight_core.catalog import MetricsValidation, warm_metric_check
-from nsight_core.catalog import validate_metrics as catalog_validate_metrics
 from nsight_core.errors import NsightCoreError
-from nsight_core.probe import EnvironmentReport, probe_environment
+from nsight_core.host.catalog import MetricsValidation, warm_metric_check
+from nsight_core.host.catalog import validate_metrics as catalog_validate_metrics
+from nsight_core.host.probe import EnvironmentReport, probe_environment
+from nsight_core.processes.sandbox import protect_this_process
+from nsight_core.processes.standby import MEMORY_FILE, StandbyMemory
 from nsight_core.request import ProfileRequest
 from nsight_core.results import JobStatus, ProfileResult
-from nsight_core.sandbox import protect_this_process
-from nsight_core.standby import MEMORY_FILE, StandbyMemory
-from nsight_core.store import (
+from nsight_core.store.result_store import (
     RESULT_ID_PATTERN,
     CorruptResultError,
     ResultFilter,

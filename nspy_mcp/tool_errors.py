@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.store import CorruptResultError, validate_result_id
+from nsight_core.store.result_store import CorruptResultError, validate_result_id
 
 RESULT_ID_FIELDS = frozenset({"result_id", "cursor"})
 """Fields holding result ids: a malformed one gets the store's friendly message, not a regex."""

@@ -143,3 +143,51 @@ def test_project_imports_sit_at_module_top_unless_marked_lazy() -> None:
                 continue
             offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
     assert offenders == []
+
+
+LAYERS: list[tuple[str, tuple[str, ...], str]] = [
+    (
+        "nsight_core.judge",
+        ("nsight_core.contestant",),
+        "the trusted judge never leans on the untrusted contestant's modules",
+    ),
+    (
+        "nsight_core.protocol",
+        ("nsight_core.processes", "nsight_core.judge", "nsight_core.contestant"),
+        "the messages every side imports sit below the process machinery",
+    ),
+    (
+        "nsight_core.runtime",
+        ("nsight_core.processes", "nsight_core.judge", "nsight_core.contestant"),
+        "what both job processes run on depends on neither of them",
+    ),
+    (
+        "nsight_core",
+        ("nspy_mcp",),
+        "the engine never imports the server",
+    ),
+]
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_layers_hold() -> None:
+    """Every import, lazy ones included: a lazy import still runs in that process."""
+    graph = _graph()
+    broken = [
+        f"{module} imports {target}: {why}"
+        for low, forbidden, why in LAYERS
+        for module, targets in graph.items()
+        if _in(module, low)
+        for target in targets
+        if any(_in(target, f) for f in forbidden)
+    ]
+    assert broken == []
+
+
+def test_the_engines_top_level_stays_small() -> None:
+    """Modules live in folders that follow the flow; at most 12 are left at the top."""
+    top = [p.name for p in (ROOT / "nsight_core").glob("*.py") if p.name != "__init__.py"]
+    assert len(top) <= 12, sorted(top)

@@ -63,7 +63,7 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # Bytecode for the checkout, as an installed package has it. Some GPU images set
 # PYTHONDONTWRITEBYTECODE=1 (the H200 image does): without this every job process would
-# compile our modules from source (import nsight_core.contestant 0.53 s instead of 0.30 s
+# compile our modules from source (import nsight_core.contestant.core 0.53 s instead of 0.30 s
 # there), and the benchmark would time that instead of the product.
 limit 120 "$PY" -m compileall -q -j 0 nsight_core nspy_mcp tools examples tests >/dev/null \
     || echo "compileall failed: job processes will compile from source"

@@ -19,10 +19,10 @@ saves the plain-text ``ncu --query-metrics --chips gh100`` output as
 ``OUT/fixture-gh100-query-metrics.txt.gz`` (a parser test fixture for tests/data/).
 
 Only the standard library is needed to run the queries: the tool uses the stdlib-only
-``nsight_core.sandbox`` (bounded runs) and ``nsight_core.ncu_install`` (finding ncu, its
+``nsight_core.processes.sandbox`` (bounded runs) and ``nsight_core.host.ncu_install`` (finding ncu, its
 version, its chip list), loaded from this checkout without the package's ``__init__`` when
 that cannot be imported (a bare GPU host without pydantic). Building the catalogs uses the
-parser in ``nsight_core.catalog``; where that cannot be imported, the raw outputs are still
+parser in ``nsight_core.host.catalog``; where that cannot be imported, the raw outputs are still
 written and the summary says to run ``--from-raw`` where nsight_core is installed.
 
 ``--bundle DIR`` packs the results into at most a few tar files in DIR (catalogs in one, raw
@@ -45,7 +45,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 def _import_stdlib_parts() -> None:
-    """Make ``nsight_core.sandbox`` and ``nsight_core.ncu_install`` importable on a bare host.
+    """Make ``nsight_core.processes.sandbox`` and ``nsight_core.host.ncu_install`` importable on a bare host.
 
     They need only the standard library, but importing them runs the package's
     ``__init__``, which needs pydantic. When that fails, an empty package object pointing
@@ -65,8 +65,8 @@ def _import_stdlib_parts() -> None:
 
 _import_stdlib_parts()
 
-from nsight_core import ncu_install  # noqa: E402
-from nsight_core.sandbox import run_command  # noqa: E402
+from nsight_core.host import ncu_install  # noqa: E402
+from nsight_core.processes.sandbox import run_command  # noqa: E402
 
 QUERY_TIMEOUT_S = 300.0
 """A full-name query of one chip took about a second on the H200; this is generous."""
@@ -103,11 +103,13 @@ def _raw_name(chip: str, collection: str, mode: str) -> str:
 
 
 def _import_catalog() -> Any:
-    """nsight_core.catalog, from the installed package or this checkout; None if unavailable."""
+    """nsight_core.host.catalog, from the installed package or this checkout; None if unavailable."""
     try:
-        import nsight_core.catalog as catalog
+        import nsight_core.host.catalog as catalog
     except ImportError as exc:
-        sys.stderr.write(f"note: cannot import nsight_core.catalog ({exc}); raw outputs only\n")
+        sys.stderr.write(
+            f"note: cannot import nsight_core.host.catalog ({exc}); raw outputs only\n"
+        )
         return None
     return catalog
 

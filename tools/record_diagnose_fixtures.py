@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 from nsight_core.collectors.ncu import build_ncu_command, find_ncu, ncu_version
-from nsight_core.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics, diagnose_run
 from nsight_core.request import DEFAULT_METRIC
+from nsight_core.rows.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics, diagnose_run
 
 CASES = {
     "diagnose_softmax": (

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.extract import KernelRecord
 from nsight_core.protocol import KernelTiming, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import EvidenceKind, Failure, Row
 from nsight_core.settings import JobSettings
 
 if TYPE_CHECKING:  # only for annotations: sandbox.py stays out of the import graph here
-    from nsight_core.sandbox import SandboxOutcome
+    from nsight_core.processes.sandbox import SandboxOutcome
 
 ChildTimer = Literal["range", "clock", "cupti"]
 """'range': the contestant opens one NVTX range per timed call and an external profiler

@@ -48,9 +48,9 @@ from typing import Any, Protocol
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.events import Device, sync_all
+from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.timers import CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.extract import KernelRecord
 from nsight_core.protocol import KernelTiming, RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
@@ -635,7 +635,7 @@ class CuptiBackend(Backend):
                 f"that runs contestants ({sys.executable})",
                 CUPTI_INSTALL_HINT,
             )
-        from nsight_core.probe import probe_environment  # lazy: server side only
+        from nsight_core.host.probe import probe_environment  # lazy: server side only
 
         status = probe_environment().backend("cupti")
         if not status.available:

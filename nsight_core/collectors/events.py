@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass
-from nsight_core.extract import KernelRecord
 from nsight_core.protocol import EVENTS_METRIC, RunKey, SampleEvent
 from nsight_core.results import Failure
 from nsight_core.settings import JobSettings

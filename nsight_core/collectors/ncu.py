@@ -3,7 +3,7 @@
 Contract:
 
 - This module starts no process; sandbox.py runs the argv built here. Finding ncu and
-  reading its version belong to `nsight_core.ncu_install`; `find_ncu`, `require_ncu` and
+  reading its version belong to `nsight_core.host.ncu_install`; `find_ncu`, `require_ncu` and
   `ncu_version` are re-exported here for the pipeline and the tools.
 - Every measured process runs as ``ncu <flags> python -m nsight_core.contestant ...``
   (launch mode), so ncu 2025.x works and the caller's CUDA state never matters; the judge
@@ -20,21 +20,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nsight_core.catalog import validate_metrics
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
-from nsight_core.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics
+from nsight_core.collectors.extract import extract_records
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.extract import extract_records
-from nsight_core.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
+from nsight_core.host.catalog import validate_metrics
+from nsight_core.host.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
 from nsight_core.protocol import NCU_LOG_FILE, NCU_NVTX_INCLUDE, REPORT_FILE, SampleEvent
 from nsight_core.request import CACHE_CONTROLS as REQUEST_CACHE_CONTROLS
 from nsight_core.request import CLOCK_CONTROLS as REQUEST_CLOCK_CONTROLS
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Failure
+from nsight_core.rows.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics
 from nsight_core.settings import JobSettings
 
 if TYPE_CHECKING:
-    from nsight_core.sandbox import SandboxOutcome
+    from nsight_core.processes.sandbox import SandboxOutcome
 
 __all__ = [
     "CACHE_CONTROLS",

@@ -13,7 +13,12 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from nsight_core.aggregate import (
+from nsight_core.collectors.extract import KernelRecord
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.protocol import RunKey
+from nsight_core.request import KernelsSpec
+from nsight_core.results import Failure, Row
+from nsight_core.rows.aggregate import (
     STABLE_RSD_PCT,
     RowContext,
     RunValues,
@@ -23,12 +28,7 @@ from nsight_core.aggregate import (
     normalize_rows,
     reduce_runs,
 )
-from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.extract import KernelRecord
-from nsight_core.protocol import RunKey
-from nsight_core.request import KernelsSpec
-from nsight_core.results import Failure, Row
-from nsight_core.stats import student_t_quantile, t_interval
+from nsight_core.rows.stats import student_t_quantile, t_interval
 
 T = "gpu__time_duration.sum"
 PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"

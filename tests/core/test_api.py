@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nsight_core import ErrorClass, NsightCoreError, VerbosityLevel, annotate, exceptions, kernel
-from nsight_core.api import sanitize_configs
+from nsight_core.nsight.api import sanitize_configs
 
 # A `@kernel` job without an output_prefix writes to the system temporary directory.
 pytestmark = pytest.mark.usefixtures("own_tempdir")

@@ -1,4 +1,4 @@
-"""nsight_core.catalog: the catalog format, suggestions, and (once recorded
+"""nsight_core.host.catalog: the catalog format, suggestions, and (once recorded
 catalogs are shipped) validation against real ncu data.
 
 The small catalogs built here come from `build_catalog` over rows written in the test: they
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core import catalog
-from nsight_core.catalog import (
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host import catalog
+from nsight_core.host.catalog import (
     CatalogIndex,
     QueryRow,
     build_catalog,
@@ -24,7 +25,6 @@ from nsight_core.catalog import (
     shipped_catalogs,
     validate_metrics,
 )
-from nsight_core.errors import ErrorClass, NsightCoreError
 
 FIXTURE = Path(__file__).parents[1] / "data" / "ncu-query-metrics-gh100.txt.gz"
 SHIPPED = shipped_catalogs()

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nsight_core import check, compare
-from nsight_core.check import aliased, clone_args, mutated, snapshot_inputs
+from nsight_core.runtime import check, compare
+from nsight_core.runtime.check import aliased, clone_args, mutated, snapshot_inputs
 
 
 def test_clone_args_copies_arrays_and_keeps_scalars() -> None:
@@ -74,7 +74,7 @@ def test_sharing_memory_with_the_reference_output_is_aliasing() -> None:
 
 def test_importing_check_does_not_import_numpy_or_torch() -> None:
     code = (
-        "import sys, nsight_core.check\n"
+        "import sys, nsight_core.runtime.check\n"
         "print(sorted(m for m in ('numpy', 'torch', 'cupy') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

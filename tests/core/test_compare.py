@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from nsight_core.check import clone_args
-from nsight_core.compare import (
+from nsight_core.runtime.check import clone_args
+from nsight_core.runtime.compare import (
     DEFAULT_TOLERANCES,
     compare_outputs,
     default_tolerance,
@@ -194,7 +194,7 @@ def test_torch_and_numpy_paths_give_the_same_verdict_on_the_same_values() -> Non
 
 def test_importing_compare_does_not_import_numpy_or_torch() -> None:
     code = (
-        "import sys, nsight_core.compare\n"
+        "import sys, nsight_core.runtime.compare\n"
         "print(sorted(m for m in ('numpy', 'torch', 'cupy') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

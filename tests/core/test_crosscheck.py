@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from nsight_core.aggregate import RowContext, aggregate_rows, compare_to_reference, reduce_runs
 from nsight_core.collectors.base import Wrapped
 from nsight_core.collectors.cupti import (
     CUPTI,
@@ -28,17 +27,18 @@ from nsight_core.collectors.cupti import (
     flag_host_bound,
     host_bound_reason,
 )
-from nsight_core.crosscheck import (
+from nsight_core.collectors.extract import KernelRecord
+from nsight_core.protocol import EVENTS_METRIC, RunKey, SampleEvent
+from nsight_core.request import DEFAULT_METRIC, KernelsSpec
+from nsight_core.results import Comparison, ProfileResult, Row, StageName
+from nsight_core.rows.aggregate import RowContext, aggregate_rows, compare_to_reference, reduce_runs
+from nsight_core.rows.crosscheck import (
     KERNEL_TIME_BELOW_PCT,
     KERNEL_TIME_SLACK_NS,
     CrossChecked,
     cross_check,
     kernel_time_below,
 )
-from nsight_core.extract import KernelRecord
-from nsight_core.protocol import EVENTS_METRIC, RunKey, SampleEvent
-from nsight_core.request import DEFAULT_METRIC, KernelsSpec
-from nsight_core.results import Comparison, ProfileResult, Row, StageName
 from nsight_core.settings import JobSettings
 
 REF, CAND = "ref.py:softmax", "v2.py:softmax"

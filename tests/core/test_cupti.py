@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.aggregate import RowContext, aggregate_rows, reduce_runs
 from nsight_core.collectors import backend_names, get_backend
 from nsight_core.collectors.base import Wrapped
 from nsight_core.collectors.cupti import (
@@ -42,6 +41,7 @@ from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC, KernelsSpec, Reducer
 from nsight_core.results import Row
+from nsight_core.rows.aggregate import RowContext, aggregate_rows, reduce_runs
 from nsight_core.settings import JobSettings
 
 HAVE_CUPTI = importlib.util.find_spec("cupti") is not None

@@ -12,10 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nsight_core.aggregate import RowContext, aggregate_rows, reduce_runs
-from nsight_core.catalog import check_metric, estimate_passes, load_shipped
+from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.ncu import build_ncu_command
-from nsight_core.diagnose import (
+from nsight_core.host.catalog import check_metric, estimate_passes, load_shipped
+from nsight_core.protocol import FloorEvent, RunKey
+from nsight_core.request import DEFAULT_METRIC, KernelsSpec, ProfileRequest
+from nsight_core.results import ProfileResult, Row
+from nsight_core.rows.aggregate import RowContext, aggregate_rows, reduce_runs
+from nsight_core.rows.diagnose import (
     DIAGNOSE_METRICS,
     DIAGNOSE_SECTIONS,
     DRAM_BYTES,
@@ -40,11 +44,7 @@ from nsight_core.diagnose import (
     rule_finding,
     table_peak,
 )
-from nsight_core.extract import KernelRecord
-from nsight_core.protocol import FloorEvent, RunKey
-from nsight_core.request import DEFAULT_METRIC, KernelsSpec, ProfileRequest
-from nsight_core.results import ProfileResult, Row
-from nsight_core.runs import read_events
+from nsight_core.rows.runs import read_events
 from nsight_core.settings import JobSettings
 
 H200_PEAK = 4.8e12

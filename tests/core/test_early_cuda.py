@@ -9,13 +9,13 @@ import textwrap
 
 import pytest
 
-from nsight_core.early_cuda import EarlyCuda
+from nsight_core.runtime.early_cuda import EarlyCuda
 
 
 def test_without_a_usable_driver_the_thread_says_why_and_the_process_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("nsight_core.early_cuda.DRIVER", "libcuda-that-does-not-exist.so.1")
+    monkeypatch.setattr("nsight_core.runtime.early_cuda.DRIVER", "libcuda-that-does-not-exist.so.1")
     early = EarlyCuda()
     early.join()
     assert early.context is None
@@ -29,8 +29,8 @@ def test_a_job_process_starts_the_thread_before_its_frameworks_and_joins_it() ->
     code = textwrap.dedent(
         """
         import sys, threading
-        from nsight_core.early_cuda import EarlyCuda
-        from nsight_core.contestant import init_cuda, preload_frameworks
+        from nsight_core.runtime.early_cuda import EarlyCuda
+        from nsight_core.contestant.core import init_cuda, preload_frameworks
         early = EarlyCuda()
         preload_frameworks(("numpy",))
         init_cuda(early)

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from nsight_core.aggregate import (
+from nsight_core.collectors.extract import RANGE_KERNEL, ExtractedReport, extract_records
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.protocol import RunKey
+from nsight_core.request import KernelsSpec
+from nsight_core.results import Failure
+from nsight_core.rows.aggregate import (
     aggregate_rows,
     compare_to_reference,
     reduce_runs,
 )
-from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.extract import RANGE_KERNEL, ExtractedReport, extract_records
-from nsight_core.protocol import RunKey
-from nsight_core.request import KernelsSpec
-from nsight_core.results import Failure
 from tests.conftest import NCU_DATA as DATA
 
 T = "gpu__time_duration.sum"
@@ -191,12 +191,12 @@ def test_the_shipped_warmup_report_is_the_recorded_fixture_and_warms_the_reader(
     """`nspy-mcp serve` reads the report shipped in the package once at start, so its first
     result does not pay for ncu_report's import and set-up. In a fresh interpreter: the file is
     the recorded fixture, the warm-up leaves the reader loaded, and its three ranges read."""
-    from nsight_core.extract import WARMUP_REPORT
+    from nsight_core.collectors.extract import WARMUP_REPORT
 
     assert WARMUP_REPORT.read_bytes() == (DATA / "range_replay.ncu-rep").read_bytes()
     code = (
         "import sys\n"
-        "from nsight_core.extract import WARMUP_REPORT, extract_records, warm_report_reader\n"
+        "from nsight_core.collectors.extract import WARMUP_REPORT, extract_records, warm_report_reader\n"
         "assert 'ncu_report' not in sys.modules\n"
         "warm_report_reader()\n"
         "assert 'ncu_report' in sys.modules\n"
@@ -213,7 +213,7 @@ def test_the_reader_warmup_without_ncu_report_does_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Without the reader the warm-up is silent: the job's own read says what is missing."""
-    from nsight_core.extract import WARMUP_REPORT, warm_report_reader
+    from nsight_core.collectors.extract import WARMUP_REPORT, warm_report_reader
 
     monkeypatch.setitem(sys.modules, "ncu_report", None)  # import ncu_report -> ImportError
     warm_report_reader()  # raises nothing

@@ -12,11 +12,11 @@ import json
 import traceback
 from pathlib import Path
 
-from nsight_core.assemble import user_frame
 from nsight_core.errors import ErrorClass
 from nsight_core.pipeline import run_profile_job
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
+from nsight_core.rows.assemble import user_frame
 
 REFERENCE = """\
 def make_inputs(n):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy  # noqa: F401  (the harness imports it before any user code)
 
-from nsight_core.integrity import harness_module_names, shadowing_files
+from nsight_core.contestant.integrity import harness_module_names, shadowing_files
 
 
 def test_only_modules_the_harness_imported_are_shadowed_never_main(tmp_path: Path) -> None:

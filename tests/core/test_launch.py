@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.launch import (
-    CONTESTANT_SOCKET,
+from nsight_core.processes.launch import (
     Channel,
     ContestantGone,
     LaunchPlan,
     launch,
 )
+from nsight_core.runtime.files import CONTESTANT_SOCKET
 
 
 def test_a_contestant_that_is_gone_when_the_judge_sends_is_contestant_gone(

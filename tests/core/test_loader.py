@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.errors import ErrorClass
-from nsight_core.loader import LoadError, load_callable
+from nsight_core.runtime.loader import LoadError, load_callable
 
 
 def write(root: Path, rel: str, code: str) -> Path:

@@ -1,4 +1,4 @@
-"""nsight_core.ncu_install: one ncu discovery policy that the probe and the runner share,
+"""nsight_core.host.ncu_install: one ncu discovery policy that the probe and the runner share,
 the version parser and the GPU -> chip table.
 
 The "ncu" executables here are copies of the system's ``false`` (a real program that prints
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core import probe
 from nsight_core.collectors.ncu import find_ncu, ncu_version, require_ncu
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.ncu_install import (
+from nsight_core.host import probe
+from nsight_core.host.ncu_install import (
     NCU_ENV,
     chip_for_gpu,
     discover_ncu,
@@ -229,7 +229,11 @@ def test_record_catalogs_runs_on_a_bare_host_with_only_the_stdlib(tmp_path: Path
     assert modules.split() == [
         "nsight_core",
         "nsight_core.errors",
-        "nsight_core.ncu_install",
-        "nsight_core.sandbox",
-    ]
+        "nsight_core.host",
+        "nsight_core.host.ncu_install",
+        "nsight_core.processes",
+        "nsight_core.processes.sandbox",
+        "nsight_core.runtime",
+        "nsight_core.runtime.files",
+    ]  # the packages' __init__ are docstrings only
     assert "could not start" in proc.stderr and "raw outputs only" in proc.stderr

@@ -1,4 +1,4 @@
-"""nsight_core.probe on this CPU-only machine: what it reports without a GPU or ncu, its
+"""nsight_core.host.probe on this CPU-only machine: what it reports without a GPU or ncu, its
 cache, and the promise that remediation never tells anyone to
 change driver settings."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core import probe
-from nsight_core.probe import (
+from nsight_core.host import probe
+from nsight_core.host.probe import (
     CounterAccess,
     GpuInfo,
     NcuInstall,

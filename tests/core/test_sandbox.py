@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.errors import WORKER_EXIT_CLASS, ErrorClass, WorkerExit
-from nsight_core.sandbox import (
+from nsight_core.processes.sandbox import (
     SandboxLimits,
     SandboxOutcome,
     build_env,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.errors import ErrorClass
-from nsight_core.sandbox import (
+from nsight_core.processes.sandbox import (
     JOB_MARKER_ENV,
     MEMORY_ENV,
     SandboxLimits,
@@ -89,7 +89,7 @@ SERVER = textwrap.dedent(
     """
     import sys, threading
     from pathlib import Path
-    from nsight_core.sandbox import SandboxLimits, run_sandboxed
+    from nsight_core.processes.sandbox import SandboxLimits, run_sandboxed
     code, cwd = sys.argv[1], Path(sys.argv[2])
     # Like the server: the job runs from a worker thread.
     t = threading.Thread(target=run_sandboxed, args=([sys.executable, '-c', code],),
@@ -134,7 +134,7 @@ def test_watchdog_kills_the_whole_group_when_only_the_pipe_says_the_parent_died(
     # kills the group, so the plain grandchild dies although no pdeathsig was set for it.
     code = (
         "import os, subprocess, sys, time\n"
-        "from nsight_core.sandbox import watch_parent_pipe\n"
+        "from nsight_core.processes.sandbox import watch_parent_pipe\n"
         "assert watch_parent_pipe()\n"
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
         + publish("child", "p.pid")
@@ -154,7 +154,7 @@ def test_watchdog_kills_the_whole_group_when_only_the_pipe_says_the_parent_died(
 
 
 def test_watch_parent_pipe_outside_a_sandbox_says_so() -> None:
-    code = "from nsight_core.sandbox import watch_parent_pipe; print(watch_parent_pipe())"
+    code = "from nsight_core.processes.sandbox import watch_parent_pipe; print(watch_parent_pipe())"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NSPY_SANDBOX")}
     out = subprocess.run(
         [PY, "-c", code], env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60
@@ -240,7 +240,7 @@ def test_nested_sandbox_escapee_dies_with_the_outer_job(tmp_path: Path) -> None:
     # when that returns; the inner job already killed it, and the outer one would too.
     inner = (
         "import sys\nfrom pathlib import Path\n"
-        "from nsight_core.sandbox import SandboxLimits, run_sandboxed\n"
+        "from nsight_core.processes.sandbox import SandboxLimits, run_sandboxed\n"
         f"out = run_sandboxed([sys.executable, '-c', {ESCAPE!r}], cwd=Path('.'), "
         "limits=SandboxLimits(wall_s=30.0))\n"
         "print(out.strays_killed, out.error_class)\n"
@@ -307,7 +307,7 @@ CHAIN_SERVER = textwrap.dedent(
     """
     import ctypes, json, os, sys
     from pathlib import Path
-    from nsight_core.sandbox import SandboxLimits, protect_this_process, run_sandboxed
+    from nsight_core.processes.sandbox import SandboxLimits, protect_this_process, run_sandboxed
     if os.geteuid() == 0:
         # Root reads any /proc file through its capabilities. Drop them all, for this process
         # and everything it execs (bounding set), so the chain is what it is on a real host:
@@ -335,7 +335,7 @@ CHAIN_SERVER = textwrap.dedent(
     judge = f'''
     import sys
     from pathlib import Path
-    from nsight_core.sandbox import SandboxLimits, run_sandboxed
+    from nsight_core.processes.sandbox import SandboxLimits, run_sandboxed
     out = run_sandboxed([sys.executable, '-c', {walker!r}], cwd=Path('.'), limits=SandboxLimits(wall_s=30))
     print(out.stdout.text() or out.message)
     '''
@@ -375,7 +375,7 @@ def test_candidate_cannot_read_the_servers_environment_up_the_ppid_chain(
 
 def test_protect_this_process_makes_it_non_dumpable() -> None:
     code = (
-        "import ctypes\nfrom nsight_core.sandbox import protect_this_process\n"
+        "import ctypes\nfrom nsight_core.processes.sandbox import protect_this_process\n"
         "print(protect_this_process(), ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
     )
     out = subprocess.run(

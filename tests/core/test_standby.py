@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from nsight_core.pipeline import run_profile_job
+from nsight_core.processes.sandbox import Deadline, SandboxLimits, run_sandboxed
+from nsight_core.processes.standby import StandbyKey, StandbyMemory, StandbyPool
 from nsight_core.protocol import JUDGE_DIR, STANDBY_SOCKET, STDERR_FILE
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
-from nsight_core.sandbox import Deadline, SandboxLimits, run_sandboxed
-from nsight_core.standby import StandbyKey, StandbyMemory, StandbyPool
 
 SOURCE = """
 import os

@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from nsight_core.stats import (
+from nsight_core.rows.stats import (
     MIN_RUNS_FOR_CI,
     finite_or_none,
     paired_ratio,

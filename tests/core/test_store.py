@@ -14,7 +14,7 @@ import pytest
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Comparison, Correctness, ProfileResult, Row
-from nsight_core.store import (
+from nsight_core.store.result_store import (
     INDEX_FILE,
     MANIFEST_FILE,
     RESULT_FILE,
@@ -207,7 +207,7 @@ def test_a_job_cut_off_by_a_crash_is_marked_failed_at_the_next_open(tmp_path: Pa
         f"""
         import os
         from nsight_core.request import ProfileRequest
-        from nsight_core.store import ResultStore
+        from nsight_core.store.result_store import ResultStore
         store = ResultStore({str(tmp_path)!r})
         req = ProfileRequest(reference="ref.py:slow", candidates=["cand.py:fast"],
                              inputs="ref.py:make_inputs", backend="events")

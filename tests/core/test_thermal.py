@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nsight_core.thermal import (
+from nsight_core.host.thermal import (
     GuardRecord,
     ThermalGuard,
     ThermalReading,

@@ -12,15 +12,15 @@ import pytest
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.errors import NsightCoreError
-from nsight_core.judge import Judge, check_path_once
-from nsight_core.launch import LAUNCH_FILE, LaunchPlan
+from nsight_core.judge.core import Judge, check_path_once
 from nsight_core.pipeline import jit_cache_env, run_profile_job
+from nsight_core.processes.launch import LAUNCH_FILE, LaunchPlan
+from nsight_core.processes.sandbox import landlock_abi
+from nsight_core.processes.seat import Seat
 from nsight_core.protocol import SampleEvent, StandbySpec, WorkerJob
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
-from nsight_core.runs import read_events
-from nsight_core.sandbox import landlock_abi
-from nsight_core.seat import Seat
+from nsight_core.rows.runs import read_events
 from nsight_core.settings import JobSettings
 
 SOURCE = """
@@ -207,20 +207,24 @@ def test_a_cold_job_starts_its_contestant_from_the_servers_plan_before_the_judge
     assert plan is not None and "nsight_core.contestant" in plan.argv
     assert result.provenance is not None and "spawn" in result.provenance.phase_seconds
     assert not Path(plan.private).exists()  # the contestant's private directory is removed
-    heavy = ["pydantic", "numpy", "torch", "nsight_core.protocol", "nsight_core.judge"]
-    probe = f"import sys, nsight_core.judge_boot; print([m for m in {heavy!r} if m in sys.modules])"
+    heavy = ["pydantic", "numpy", "torch", "nsight_core.protocol", "nsight_core.judge.core"]
+    probe = f"import sys, nsight_core.judge.boot; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run(
         [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"  # nothing heavy before the contestant is spawned
 
 
-@pytest.mark.parametrize("module", ["nsight_core.contestant", "nsight_core.judge"])
+@pytest.mark.parametrize("module", ["nsight_core.contestant.core", "nsight_core.judge.core"])
 def test_a_jobs_processes_import_no_backend_they_do_not_run(module: str) -> None:
     """A contestant or judge imports its timer's backend, not ncu's with the metric catalog
     and the environment probe (0.36 s -> 0.25 s of the contestant's import on CPU); a
     backend is imported when `get_backend` is first asked for it, and then works."""
-    server_side = ["nsight_core.collectors.ncu", "nsight_core.catalog", "nsight_core.probe"]
+    server_side = [
+        "nsight_core.collectors.ncu",
+        "nsight_core.host.catalog",
+        "nsight_core.host.probe",
+    ]
     probe = (
         f"import sys, {module}\n"
         f"print([m for m in {server_side!r} if m in sys.modules])\n"
@@ -249,7 +253,7 @@ def test_a_launch_plan_that_is_not_one_is_ignored(tmp_path: Path) -> None:
 
 _EXIT_PROBE = """
 import atexit, ctypes, sys
-from nsight_core.contestant import exit_native
+from nsight_core.runtime.process import exit_native
 atexit.register(lambda: print("python-atexit", flush=True))
 handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p)
 def c_handler(status, arg):

@@ -140,7 +140,7 @@ def test_events_backend_times_cuda_candidates_with_cuda_events(tmp_path: Path) -
 
 @pytest.mark.gpu
 def test_environment_probe_deep_on_the_gpu() -> None:
-    from nsight_core.probe import probe_environment
+    from nsight_core.host.probe import probe_environment
 
     report = probe_environment(deep=True, refresh=True)
     text = report.model_dump_json(indent=1)
@@ -151,7 +151,7 @@ def test_environment_probe_deep_on_the_gpu() -> None:
 
 @pytest.mark.gpu
 def test_validate_metrics_live_against_ncu() -> None:
-    from nsight_core.catalog import validate_metrics
+    from nsight_core.host.catalog import validate_metrics
 
     report = validate_metrics(
         [
@@ -181,9 +181,9 @@ def test_the_early_cuda_thread_makes_the_context_torch_then_uses() -> None:
         """
         import ctypes, time
         t0 = time.monotonic()
-        from nsight_core.early_cuda import EarlyCuda
+        from nsight_core.runtime.early_cuda import EarlyCuda
         early = EarlyCuda()
-        from nsight_core.contestant import init_cuda, preload_frameworks
+        from nsight_core.runtime.process import init_cuda, preload_frameworks
         preload_frameworks(("numpy", "torch"))
         t1 = time.monotonic()
         init_cuda(early)

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from nsight_core.probe import list_gpus
+from nsight_core.host.probe import list_gpus
 from nspy_mcp.jobs import DeviceLocks
 from nspy_mcp.server import build_server
 

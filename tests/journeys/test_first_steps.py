@@ -19,7 +19,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
-from nsight_core.sandbox import landlock_abi
+from nsight_core.processes.sandbox import landlock_abi
 from tests.journeys.conftest import REPO, run, user_env
 
 pytestmark = [pytest.mark.journey, pytest.mark.anyio]

@@ -9,8 +9,8 @@ import anyio
 import pytest
 from mcp import Client
 
+from nsight_core.processes.sandbox import landlock_abi
 from nsight_core.request import ProfileRequest
-from nsight_core.sandbox import landlock_abi
 from nspy_mcp.cluster_files import pack_request, unpack_request
 from nspy_mcp.server import build_server
 from tests.mcp.test_cluster import cluster_address

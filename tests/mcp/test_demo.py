@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.probe import probe_environment
+from nsight_core.host.probe import probe_environment
 from nspy_mcp.demo import DemoError, choose_plan, run_demo
 
 

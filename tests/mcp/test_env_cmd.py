@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.catalog import shipped_catalogs
-from nsight_core.probe import EnvironmentReport
+from nsight_core.host.catalog import shipped_catalogs
+from nsight_core.host.probe import EnvironmentReport
 
 HAVE_GH100 = any("gh100" in c for c in shipped_catalogs().values())
 
@@ -67,7 +67,7 @@ def test_env_text_says_not_installed_once_per_package(tmp_path: Path) -> None:
 
 
 def test_package_state_keeps_version_and_note_and_drops_the_repeat() -> None:
-    from nsight_core.probe import PackageStatus
+    from nsight_core.host.probe import PackageStatus
     from nspy_mcp.env_cmd import _package_state
 
     missing = PackageStatus(name="x", installed=False, note="not installed: pip install x")

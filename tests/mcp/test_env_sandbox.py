@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nsight_core.probe import EnvironmentReport
-from nsight_core.sandbox import landlock_abi
+from nsight_core.host.probe import EnvironmentReport
+from nsight_core.processes.sandbox import landlock_abi
 
 
 def _env(tmp_path: Path, *args: str, memory: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ import pytest
 from nsight_core.errors import ErrorClass
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Comparison
-from nsight_core.store import ResultStore
+from nsight_core.store.result_store import ResultStore
 from nspy_mcp.plot import run_plot
 
 

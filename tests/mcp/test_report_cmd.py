@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from nsight_core.collectors.extract import ActionInfo, DeviceInfo, ExtractedReport, KernelRecord
 from nsight_core.errors import ErrorClass
-from nsight_core.extract import ActionInfo, DeviceInfo, ExtractedReport, KernelRecord
 from nsight_core.protocol import RunKey
 from nsight_core.results import Row
 from nspy_mcp.cli import main

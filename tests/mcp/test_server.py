@@ -27,12 +27,12 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult, Tool
 
-from nsight_core.catalog import MetricsValidation
-from nsight_core.manifest import result_manifest
-from nsight_core.probe import EnvironmentReport
+from nsight_core.host.catalog import MetricsValidation
+from nsight_core.host.probe import EnvironmentReport
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
-from nsight_core.store import RESULT_FILE, ResultStore
+from nsight_core.store.manifest import result_manifest
+from nsight_core.store.result_store import RESULT_FILE, ResultStore
 from nspy_mcp import demo_kernels
 from nspy_mcp.server import build_server, serve
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nsight_core import catalog, probe
+from nsight_core.host import catalog, probe
 
 NAMES = [
     "gpu__time_duration.sum",

@@ -12,11 +12,11 @@ gpu__time_duration.sum and dram__throughput.avg.pct_of_peak_sustained_elapsed,
 1. raw: a hand-written NVTX script under a plain ncu command line (the baseline; run once
    unmeasured to warm the shared Triton cache, then before and after our routes, which
    shows its own spread), read back with ncu_report directly, not with our extraction;
-2. kernel: the same work through `@nsight_core.api.kernel`;
+2. kernel: the same work through `@nsight_core.nsight.api.kernel`;
 3. mcp: the same kernels as a ProfileRequest (with its correctness check) through
    `profile_candidates` over one MCP stdio session, ``--repeats`` times ``--think`` seconds
    apart, then `read_results`: the first request starts its processes cold, the later ones
-   get the judge and contestant the server pre-started (nsight_core/standby.py). Then
+   get the judge and contestant the server pre-started (nsight_core/processes/standby.py). Then
    ``--sessions`` - 1 more servers get one request each, every one between two more raw
    runs: the first requests' median is set against the raw runs' median, and each first
    request against the mean of the two raw runs around it (the hosts' speed drifts).
@@ -106,7 +106,7 @@ def run_kernel_api() -> tuple[float, dict[tuple[str, int, str], float]]:
     import torch
 
     from nsight_core.annotation import annotate
-    from nsight_core.api import kernel
+    from nsight_core.nsight.api import kernel
 
     @kernel(configs=SHAPES, runs=RUNS, metrics=METRICS)
     def softmax(rows: int, cols: int) -> None:
@@ -219,11 +219,11 @@ def startup_costs() -> str:
             ncu, "--nvtx", "--nvtx-include", "regex:nspy@.+", "--target-processes", "all",
             sys.executable, "-c", touch,
         ],
-        "import nsight_core.contestant": [
-            sys.executable, "-P", "-c", "import nsight_core.contestant",
+        "import nsight_core.contestant.core": [
+            sys.executable, "-P", "-c", "import nsight_core.contestant.core",
         ],
-        "import nsight_core.judge": [
-            sys.executable, "-P", "-c", "import nsight_core.judge",
+        "import nsight_core.judge.core": [
+            sys.executable, "-P", "-c", "import nsight_core.judge.core",
         ],
     }  # fmt: skip
     out = []
@@ -231,7 +231,7 @@ def startup_costs() -> str:
         t0 = time.monotonic()
         subprocess.run(cmd, check=True, capture_output=True, timeout=120, cwd=ROOT)
         out.append(f"{name}: {time.monotonic() - t0:.2f} s")
-    compiled = any((ROOT / "nsight_core" / "__pycache__").glob("contestant.*.pyc"))
+    compiled = any((ROOT / "nsight_core" / "contestant" / "__pycache__").glob("core.*.pyc"))
     if not compiled and sys.flags.dont_write_bytecode:
         out.append(
             "NOTE: no bytecode for this checkout and PYTHONDONTWRITEBYTECODE is set, so every "

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
-from nsight_core.exchange import Arena
-from nsight_core.launch import READY_LINE, Launched, LaunchPlan, launch, socket_home
+from nsight_core.processes.launch import Launched, LaunchPlan, launch, socket_home
 from nsight_core.protocol import JOB_ARTIFACTS, JUDGE_DIR, StandbySpec
+from nsight_core.runtime.exchange import Arena
+from nsight_core.runtime.files import READY_LINE
 from nsight_core.settings import JobSettings
 
 

@@ -52,11 +52,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.manifest import result_manifest
 from nsight_core.protocol import JOB_ARTIFACTS
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
 from nsight_core.settings import JobSettings
+from nsight_core.store.manifest import result_manifest
 
 try:  # POSIX: owner locks; elsewhere a cut-off job is only detected by its owner's pid.
     import fcntl

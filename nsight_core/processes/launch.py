@@ -24,11 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nsight_core.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_sandboxed
-
-CONTESTANT_SOCKET = "judge.sock"
-"""The judge's socket in the contestant's private directory (both get the directory)."""
-READY_LINE = b"ready"
+from nsight_core.processes.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_sandboxed
+from nsight_core.runtime.files import CONTESTANT_SOCKET, MAX_REPLY_BYTES
 
 SUN_PATH_MAX = 107
 """Bytes of a Unix socket's path (sockaddr_un holds 108 with the closing NUL)."""
@@ -48,9 +45,6 @@ def socket_home(prefix: str) -> Path:
 
 
 """The contestant's first line: frameworks, CUDA context and timer are up; now the job."""
-MAX_REPLY_BYTES = 1 << 20
-"""A contestant reply longer than this is a protocol violation (outputs are described, not
-sent: array data lives in slots)."""
 LAUNCH_FILE = "launch.json"
 """A cold job's `LaunchPlan`, written by the server into the job directory."""
 CONTESTANT_ENV_PREFIX = "NSPY_CONTESTANT_"

@@ -5,7 +5,7 @@ touched, and remediation text points at the host's administrators and NVIDIA's d
 never at commands that lift a restriction.
 
 - GPUs come from NVML (``pynvml``), or from ``nvidia-smi --query-gpu`` when NVML is missing.
-- Every ``ncu`` is listed and the used one is chosen by `nsight_core.ncu_install`, the
+- Every ``ncu`` is listed and the used one is chosen by `nsight_core.host.ncu_install`, the
   same code the pipeline asks: ``$NSPY_NCU`` when set (when it does not resolve, no ncu is
   used and the report says why), else the first on PATH. Versions come from ``ncu --version``.
 - Python packages (ncu-report, cupti-python, torch, triton, cupy, numpy) are found through
@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nsight_core.ncu_install import (
+from nsight_core.host.ncu_install import (
     ATTACH_MODE_MIN,
     LAUNCH_MODE_MIN,
     NO_NCU_HINT,
@@ -54,7 +54,7 @@ from nsight_core.ncu_install import (
     query_ncu_version,
     version_tuple,
 )
-from nsight_core.sandbox import run_command, sandbox_mechanisms
+from nsight_core.processes.sandbox import run_command, sandbox_mechanisms
 
 CACHE_TTL_S = 300.0
 """Five minutes: long enough for an agent's burst of calls, short enough to see a new GPU job."""

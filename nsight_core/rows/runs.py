@@ -30,7 +30,7 @@ from nsight_core.protocol import (
 )
 
 if TYPE_CHECKING:  # only for annotations
-    from nsight_core.sandbox import SandboxOutcome
+    from nsight_core.processes.sandbox import SandboxOutcome
 
 log = logging.getLogger(__name__)
 

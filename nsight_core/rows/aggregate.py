@@ -29,12 +29,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.extract import KernelRecord
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec, Reducer
 from nsight_core.results import Comparison, EvidenceKind, Failure, Row, TrustLevel
-from nsight_core.stats import (
+from nsight_core.rows.stats import (
     CI_LEVEL,
     MIN_RUNS_FOR_CI,
     NS_PER_UNIT,

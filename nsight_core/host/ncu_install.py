@@ -13,7 +13,7 @@ Discovery policy (`discover_ncu`):
 - every ncu found (the ``$NSPY_NCU`` one, then each PATH entry's, one per real file) is
   listed, so the probe can show the others.
 
-Stdlib-only apart from `nsight_core.errors` and `nsight_core.sandbox` (both stdlib-only):
+Stdlib-only apart from `nsight_core.errors` and `nsight_core.processes.sandbox` (both stdlib-only):
 ``tools/record_catalogs.py`` uses it on bare GPU hosts.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.sandbox import run_command
+from nsight_core.processes.sandbox import run_command
 
 NCU_ENV = "NSPY_NCU"
 """Environment variable naming the ncu executable to use (a path or a name on PATH)."""

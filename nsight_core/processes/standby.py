@@ -43,7 +43,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nsight_core.launch import socket_home
+from nsight_core.processes.launch import socket_home
+from nsight_core.processes.sandbox import (
+    Deadline,
+    SandboxLimits,
+    SandboxOutcome,
+    StreamCapture,
+    run_sandboxed,
+)
 from nsight_core.protocol import (
     JUDGE_DIR,
     READY_FILE,
@@ -51,13 +58,6 @@ from nsight_core.protocol import (
     STANDBY_FILE,
     STANDBY_SOCKET,
     StandbySpec,
-)
-from nsight_core.sandbox import (
-    Deadline,
-    SandboxLimits,
-    SandboxOutcome,
-    StreamCapture,
-    run_sandboxed,
 )
 
 STANDBY_ENV = "NSPY_MCP_STANDBY"
@@ -181,7 +181,7 @@ class Standby:
         # complete (judge.release); only the judge inherits the write end.
         self._release_r, self._release_w = os.pipe()
         env = {**dict(key.env), RELEASE_FD_ENV: str(self._release_w)}
-        argv = [sys.executable, "-P", "-m", "nsight_core.judge", "--standby", str(self.home)]
+        argv = [sys.executable, "-P", "-m", "nsight_core.judge.core", "--standby", str(self.home)]
         self.argv = argv
         self._thread = threading.Thread(target=self._run, args=(argv, env), daemon=True)
         self._thread.start()

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from nsight_core.compare import (
+from nsight_core.runtime.compare import (
     DEFAULT_TOLERANCES,
     OutputDiff,
     array_kind,

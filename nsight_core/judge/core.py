@@ -1,6 +1,6 @@
 """The judge: makes the inputs, runs the reference, checks every output. Never imports candidates.
 
-``python -P -m nsight_core.judge_boot JOB_DIR`` (which starts the contestant, then this) is
+``python -P -m nsight_core.judge.boot JOB_DIR`` (which starts the contestant, then this) is
 what the pipeline starts for a request, or
 ``--standby DIR`` before the request exists (standby.py: the same steps, with the job handed
 over on a socket once the contestant is up). It
@@ -42,24 +42,22 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from nsight_core.check import clone_args, same_result
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.collectors.events import sync_all
-from nsight_core.contestant import (
-    FRAMEWORKS,
-    PRESTART_FRAMEWORKS,
-    EventWriter,
-    exit_now,
-    failure_event,
-    init_cuda,
-    preload_frameworks,
-    seed_all,
-)
-from nsight_core.diagnose import nbytes_of
-from nsight_core.early_cuda import EarlyCuda
 from nsight_core.errors import ErrorClass, WorkerExit
-from nsight_core.launch import Channel, ContestantGone, ContestantProcess, Launched
-from nsight_core.loader import load_callable
+from nsight_core.judge.verdict import (
+    Tally,
+    TrivialBound,
+    judge_output,
+    trivial_bound,
+    type_mismatch,
+)
+from nsight_core.processes.launch import Channel, ContestantGone, ContestantProcess, Launched
+from nsight_core.processes.sandbox import (
+    process_age_s,
+    watch_parent_pipe,
+)
+from nsight_core.processes.seat import Seat
 from nsight_core.protocol import (
     EVENTS_FILE,
     JOB_FILE,
@@ -91,13 +89,21 @@ from nsight_core.protocol import (
     WorkerJob,
 )
 from nsight_core.request import ProfileRequest, named_files
-from nsight_core.sandbox import (
-    process_age_s,
-    watch_parent_pipe,
+from nsight_core.rows.diagnose import nbytes_of
+from nsight_core.runtime.check import clone_args, same_result
+from nsight_core.runtime.early_cuda import EarlyCuda
+from nsight_core.runtime.loader import load_callable
+from nsight_core.runtime.process import (
+    FRAMEWORKS,
+    PRESTART_FRAMEWORKS,
+    EventWriter,
+    exit_now,
+    failure_event,
+    init_cuda,
+    preload_frameworks,
+    seed_all,
 )
-from nsight_core.seat import Seat
 from nsight_core.settings import JobSettings
-from nsight_core.verdict import Tally, TrivialBound, judge_output, trivial_bound, type_mismatch
 
 _REPLY = TypeAdapter[ContestantMsg](ContestantMsg)
 
@@ -743,7 +749,7 @@ def main(
     release_fd = _release_fd()
     standby = len(argv) == 3 and argv[1] == "--standby"
     if len(argv) != 2 and not standby:
-        sys.stderr.write("usage: python -m nsight_core.judge JOB_DIR | --standby DIR\n")
+        sys.stderr.write("usage: python -m nsight_core.judge.core JOB_DIR | --standby DIR\n")
         return int(WorkerExit.BAD_JOB)
     home = Path(argv[-1]).resolve()
     listener: socket.socket | None = None
@@ -751,7 +757,7 @@ def main(
         try:
             spec = StandbySpec.model_validate_json((home / STANDBY_FILE).read_text())
         except (OSError, ValidationError) as exc:
-            sys.stderr.write(f"nsight_core.judge: bad standby file: {exc}\n")
+            sys.stderr.write(f"nsight_core.judge.core: bad standby file: {exc}\n")
             return int(WorkerExit.BAD_JOB)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(home / STANDBY_SOCKET))
@@ -759,7 +765,7 @@ def main(
     else:
         job_or_why = _read_job(home)
         if isinstance(job_or_why, str):
-            sys.stderr.write(f"nsight_core.judge: {job_or_why}\n")
+            sys.stderr.write(f"nsight_core.judge.core: {job_or_why}\n")
             if launched is not None:
                 launched.proc.cancel.set()
             return int(WorkerExit.BAD_JOB)
@@ -775,7 +781,9 @@ def main(
         try:
             seat.wait_ready(START_TIMEOUT_S)
         except (ContestantGone, TimeoutError, ValueError) as exc:
-            sys.stderr.write(f"nsight_core.judge: the standby's contestant did not start: {exc}\n")
+            sys.stderr.write(
+                f"nsight_core.judge.core: the standby's contestant did not start: {exc}\n"
+            )
             seat.close()
             return int(WorkerExit.OK)
         (home / READY_FILE).touch()  # the pool waits for this before any job runs

@@ -42,7 +42,7 @@ from nsight_core.collectors.cupti import (
 )
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Comparison, CrossCheckValue, ProfileResult, Row
-from nsight_core.stats import ns_per
+from nsight_core.rows.stats import ns_per
 
 KERNEL_TIME_BELOW_PCT = 25.0
 """cupti's kernel time may lie this far below ncu's before it is flagged (percent of ncu's)..."""

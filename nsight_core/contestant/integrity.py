@@ -46,9 +46,9 @@ WATCHED_MODULES = (
     "nsight_core.collectors.timers",
     "nsight_core.collectors.timers.RangeTimer",
     "nsight_core.collectors.timers.ClockTimer",
-    "nsight_core.contestant",
-    "nsight_core.exchange",
-    "nsight_core.exchange.SlotTable",
+    "nsight_core.contestant.core",
+    "nsight_core.runtime.exchange",
+    "nsight_core.runtime.exchange.SlotTable",
     "socket.socket",
 )
 """Modules and classes whose attributes are watched (those not imported are skipped)."""

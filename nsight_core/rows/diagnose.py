@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nsight_core.collectors.extract import extract_records
 from nsight_core.errors import NsightCoreError
-from nsight_core.extract import extract_records
 from nsight_core.protocol import EVENTS_METRIC, FloorEvent, RunKey
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import BoundKind, Diagnosis, Row, RuleFinding
-from nsight_core.stats import ns_per
+from nsight_core.rows.stats import ns_per
 
 # -- what ncu collects -----------------------------------------------------------------
 
@@ -116,7 +116,9 @@ PEAK_DRAM_TABLE: tuple[tuple[str, float], ...] = (
 Used only without an ncu report. Where one name covers several memory configurations
 (GH200 96/144 GB, A100 40/80 GB) the highest is listed: a higher peak gives a lower floor,
 so the check stays conservative."""
-PEAK_TABLE_SOURCE = "NVIDIA datasheet peak for {gpu} (PEAK_DRAM_TABLE in nsight_core/diagnose.py)"
+PEAK_TABLE_SOURCE = (
+    "NVIDIA datasheet peak for {gpu} (PEAK_DRAM_TABLE in nsight_core/rows/diagnose.py)"
+)
 
 
 def diagnose_metrics(requested: Sequence[str]) -> list[str]:

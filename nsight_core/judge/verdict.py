@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from nsight_core.check import compare_outputs
-from nsight_core.compare import array_kind
-from nsight_core.exchange import type_name
 from nsight_core.protocol import ArrayNode, DictNode, Node, OpaqueNode, SeqNode, ValueNode
+from nsight_core.runtime.check import compare_outputs
+from nsight_core.runtime.compare import array_kind
+from nsight_core.runtime.exchange import type_name
 
 TRIVIAL_MARGIN = 10.0
 """How much closer than a passing trivial answer a candidate must be."""

@@ -10,13 +10,13 @@ Where catalogs come from:
 
 - shipped: ``nsight_core/data/catalogs/<ncu-version>/<chip>.json.gz``, written by
   ``tools/record_catalogs.py`` on a GPU host from real ``ncu --query-metrics`` output;
-- live: when the probe reports a usable ncu (found by `nsight_core.ncu_install`),
+- live: when the probe reports a usable ncu (found by `nsight_core.host.ncu_install`),
   ``ncu --query-metrics --chips X`` (base names with type/unit/description) plus
   ``--query-metrics-mode all`` (every full name), run by `sandbox.run_command`, parsed here
   with the same code the recorder uses, and cached per (ncu version, chip).
 
 Chip names (the GPU -> chip table, ``ncu --list-chips`` parsing) belong to
-`nsight_core.ncu_install`.
+`nsight_core.host.ncu_install`.
 
 The parser is tolerant: it reads ncu's ``--csv`` form (columns found by header, not by
 position) and the aligned text table (column widths from the dashed rule under the header),
@@ -43,10 +43,10 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.ncu_install import DEFAULT_CHIP, parse_list_chips, table_chips
-from nsight_core.probe import cache_dir, probe_environment
+from nsight_core.host.ncu_install import DEFAULT_CHIP, parse_list_chips, table_chips
+from nsight_core.host.probe import cache_dir, probe_environment
+from nsight_core.processes.sandbox import run_command
 from nsight_core.request import DEFAULT_METRIC
-from nsight_core.sandbox import run_command
 
 CATALOG_FORMAT = 1
 """Version of the JSON layout below; bump it when the layout changes."""
@@ -254,7 +254,7 @@ def load_catalog_bytes(data: bytes) -> dict[str, Any]:
 # Loading and indexing
 # --------------------------------------------------------------------------------------
 
-SHIPPED_DIR = Path(__file__).parent / "data" / "catalogs"
+SHIPPED_DIR = Path(__file__).parents[1] / "data" / "catalogs"
 LIVE_QUERY_TIMEOUT_S = 120.0
 COLLECTION_ORDER = ("profiling", "launch", "device", "occupancy")
 

@@ -27,7 +27,6 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, overload
 
-from nsight_core.catalog import validate_metrics
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.exceptions import (
@@ -36,7 +35,15 @@ from nsight_core.exceptions import (
     ProfilerException,
     ThermalControlError,
 )
-from nsight_core.function_job import run_function
+from nsight_core.host.catalog import validate_metrics
+from nsight_core.host.thermal import (
+    ThermalSettings,
+    guarded_call,
+    nvml_reader,
+    read_log,
+    summarize,
+)
+from nsight_core.nsight.function_job import run_function
 from nsight_core.request import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -49,13 +56,6 @@ from nsight_core.request import (
 )
 from nsight_core.results import Failure, ProfileResult, Row
 from nsight_core.settings import JobSettings
-from nsight_core.thermal import (
-    ThermalSettings,
-    guarded_call,
-    nvml_reader,
-    read_log,
-    summarize,
-)
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "clock_control": CLOCK_CONTROLS,
@@ -347,7 +347,7 @@ def _register_by_value(func: Callable[..., Any]) -> Callable[[], None]:
     path = getattr(module, "__file__", None) or ""
     if (
         module is None
-        or module.__name__ in ("__main__", "nsight_core.api")
+        or module.__name__ in ("__main__", "nsight_core.nsight.api")
         or path.startswith((paths["purelib"], paths["stdlib"]))
     ):
         return lambda: None
@@ -467,7 +467,7 @@ def kernel(
     function runs it in a fresh worker under ncu and returns `ProfileResults`. ``runs``
     defaults to 3 (Nsight Python: 1, which gives no spread); ``warmup`` calls run outside
     the profiled ranges first. The ``thermal_*`` parameters set the guard that waits
-    between runs while the GPU is hot (see `nsight_core.thermal`). ``diagnose=True`` adds
+    between runs while the GPU is hot (see `nsight_core.host.thermal`). ``diagnose=True`` adds
     ncu's speed-of-light metrics and attaches `Diagnosis` entries (docs/diagnose.md).
     """
     _check_counts(runs, warmup)

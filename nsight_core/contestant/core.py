@@ -20,19 +20,14 @@ function, which annotates itself, run per (config, run); it writes events.jsonl 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
-import importlib
 import os
-import random
 import select
 import signal
 import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -40,14 +35,16 @@ from typing import IO, Any
 from pydantic import BaseModel, TypeAdapter
 
 from nsight_core.annotation import RunContext, set_run_context
-from nsight_core.check import aliased, mutated, snapshot_inputs
 from nsight_core.collectors.events import Device, detect_device, start_timer, sync_all
 from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, call_timer
-from nsight_core.early_cuda import EarlyCuda
-from nsight_core.errors import ErrorClass, NsightCoreError, WorkerExit
-from nsight_core.exchange import SlotTable
-from nsight_core.integrity import Watch, harness_module_names, shadowing_files
-from nsight_core.loader import load_callable
+from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
+from nsight_core.errors import WorkerExit
+from nsight_core.processes.sandbox import (
+    default_fs_access,
+    die_with_parent,
+    process_age_s,
+    restrict_this_process,
+)
 from nsight_core.protocol import (
     CONTESTANT_SOCKET,
     EVENTS_FILE,
@@ -71,55 +68,23 @@ from nsight_core.protocol import (
     SampleEvent,
     WorkerJob,
 )
-from nsight_core.sandbox import (
-    default_fs_access,
-    die_with_parent,
-    process_age_s,
-    restrict_this_process,
+from nsight_core.runtime.check import aliased, mutated, snapshot_inputs
+from nsight_core.runtime.early_cuda import EarlyCuda
+from nsight_core.runtime.exchange import SlotTable
+from nsight_core.runtime.loader import load_callable
+from nsight_core.runtime.process import (
+    FRAMEWORKS,
+    PRESTART_FRAMEWORKS,
+    EventWriter,
+    exit_native,
+    exit_now,
+    failure_event,
+    init_cuda,
+    preload_frameworks,
+    seed_all,
 )
 
-FRAMEWORKS = ("numpy", "torch")
-"""Imported (when installed) before any code of the job, so candidates cannot shadow them.
-
-cupy is not among them: importing it costs about 1 s under ncu on the H200 (its CUDA
-libraries slow ncu's context creation), and a job that uses it imports it anyway while the
-reference runs (its inputs are rebuilt as cupy arrays), before any candidate exists; the
-watch takes it in then (`Watch.snapshot` before the candidates are imported)."""
-
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
-
-
-PRESTART_FRAMEWORKS = (*FRAMEWORKS, "triton")
-"""What a pre-started process (standby.py) imports while it waits: its start-up time is off
-the job's path, so Triton's import (about 1 s) is taken there too."""
-
-
-def preload_frameworks(names: tuple[str, ...] = FRAMEWORKS) -> None:
-    for name in names:
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
-
-
-def init_cuda(early: EarlyCuda | None = None) -> None:
-    """Initialise the CUDA driver now, before confinement: its first initialisation opens
-    files no allow-list can name in advance (error 304 under Landlock on the H200), while
-    contexts made after it work confined. With torch, also create the context now, before any
-    candidate is imported and while the other process of the job is still starting, so no
-    call pays for it. Without torch (a cupy-only job) the driver alone is initialised.
-
-    ``early``: the side thread that began the driver and the primary context while this
-    process imported (early_cuda.py); joined first, so torch finds the context made."""
-    if early is not None:
-        early.join()
-    if early is None or early.error is not None:  # the thread's cuInit did not happen or failed
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libcuda.so.1").cuInit(0)
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    with contextlib.suppress(Exception):
-        if torch.cuda.is_available():
-            torch.empty(1, device="cuda")
 
 
 def warm_gpu_path() -> None:
@@ -142,103 +107,9 @@ def warm_gpu_path() -> None:
         sync_all()
     if "triton" in sys.modules:
         with contextlib.suppress(Exception):
-            from nsight_core import warm_triton  # lazy: only where triton is installed
+            from nsight_core.runtime import warm_triton  # lazy: only where triton is installed
 
             warm_triton.launch_once(torch)
-
-
-def exit_now(code: int) -> None:
-    """End this process now, its output flushed: nothing left in it needs a normal exit."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
-def exit_native(code: int, *, python_atexit: bool = False) -> None:
-    """End this process through C's ``exit``: C atexit handlers and library destructors run
-    (ncu's injected library finishes its report there), Python's finalization does not
-    (module teardown: 0.25-0.5 s of ncu's end on the H200 with torch loaded). The GIL stays
-    held (`ctypes.PyDLL`), so no other Python thread runs while the libraries end; torch's
-    autograd threads are not waited for (after a CUDA backward pass the exit took 0.37 s,
-    a normal one 0.62-0.67 s). ``python_atexit`` runs Python's atexit callbacks first."""
-    if python_atexit:
-        atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    ctypes.PyDLL(None).exit(code)
-    os._exit(code)  # not reached
-
-
-def seed_all(seed: int) -> None:
-    """Seed every RNG a function may use; frameworks only if already imported."""
-    random.seed(seed)
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed(seed % (2**32))
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        if torch.cuda.is_initialized() or not torch.cuda.is_available():
-            # What torch.manual_seed does, without queueing a lazy call (with a formatted
-            # stack, 0.2 ms each) for every device backend that is not up: on a CPU host
-            # that was 0.6 ms of every call the judge makes.
-            torch.random.default_generator.manual_seed(seed)
-            if torch.cuda.is_initialized():
-                torch.cuda.manual_seed_all(seed)
-        else:
-            torch.manual_seed(seed)  # CUDA comes up later: it gets the seed when it does
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        with contextlib.suppress(Exception):
-            cupy.random.seed(seed % (2**32))
-
-
-def classify_exception(exc: BaseException) -> ErrorClass:
-    """Compile errors of JITs (Triton, NVRTC via cupy) differ from run-time failures."""
-    if isinstance(exc, SyntaxError):
-        return ErrorClass.COMPILE_ERROR
-    if isinstance(exc, PermissionError):  # the confinement's allow-list, not a code bug
-        return ErrorClass.PERMISSION_DENIED
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
-        return ErrorClass.OUT_OF_MEMORY
-    text = str(exc)
-    if "out of memory" in text.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in text:
-        return ErrorClass.OUT_OF_MEMORY
-    for cls in type(exc).__mro__:
-        name = cls.__name__
-        if "Compil" in name or name in {"CompileException", "NVRTCError"}:
-            return ErrorClass.COMPILE_ERROR
-    return ErrorClass.RUNTIME_ERROR
-
-
-def failure_event(
-    annotation: str,
-    phase: Phase,
-    exc: BaseException,
-    *,
-    config_id: int | None = None,
-    run: int | None = None,
-) -> FailureEvent:
-    if isinstance(exc, NsightCoreError):
-        error_class, message = exc.error_class, str(exc)
-    else:
-        error_class, message = classify_exception(exc), f"{type(exc).__name__}: {exc}"
-    file = getattr(exc, "filename", None) or getattr(exc, "file", None)
-    line = getattr(exc, "lineno", None) or getattr(exc, "line", None)
-    tb = "".join(traceback.format_exception(exc))
-    return FailureEvent(
-        annotation=annotation,
-        config_id=config_id,
-        run=run,
-        phase=phase,
-        error_class=error_class,
-        message=message[:4000],
-        traceback=tb[-6000:],
-        file=str(file) if isinstance(file, str | Path) else None,
-        line=line if isinstance(line, int) else None,
-    )
 
 
 def _die_with_judge(sock: socket.socket) -> None:
@@ -425,26 +296,6 @@ def _user_modules() -> list[Any]:
 
 
 # -- the `@kernel` mode --------------------------------------------------------------------
-
-
-class EventWriter:
-    """Appends one JSON line per event and flushes, so a crash loses at most the last line."""
-
-    def __init__(self, path: Path) -> None:
-        self._fh: IO[str] = path.open("a", buffering=1, encoding="utf-8")
-
-    def emit(self, event: BaseModel) -> None:
-        self._fh.write(event.model_dump_json() + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
-
-    def __enter__(self) -> EventWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 RUN_SEED_BASE = 500_000

@@ -30,15 +30,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from nsight_core.aggregate import (
-    RowContext,
-    RunValues,
-    aggregate_rows,
-    compare_to_reference,
-    reduce_runs,
-)
 from nsight_core.collectors import get_backend
-from nsight_core.diagnose import JobDiagnosis, apply_floor, diagnose_run
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import CheckEvent, FailureEvent, RunKey, SuspectEvent
 from nsight_core.request import ProfileRequest
@@ -53,12 +45,20 @@ from nsight_core.results import (
     iso,
     utc_now,
 )
-from nsight_core.runs import WorkerRun
+from nsight_core.rows.aggregate import (
+    RowContext,
+    RunValues,
+    aggregate_rows,
+    compare_to_reference,
+    reduce_runs,
+)
+from nsight_core.rows.diagnose import JobDiagnosis, apply_floor, diagnose_run
+from nsight_core.rows.runs import WorkerRun
 from nsight_core.settings import JobSettings
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', re.MULTILINE)
 _HARNESS_DIRS = tuple(
-    str(Path(__file__).resolve().parents[1] / name) + "/" for name in ("nsight_core", "nspy_mcp")
+    str(Path(__file__).resolve().parents[2] / name) + "/" for name in ("nsight_core", "nspy_mcp")
 )
 _LIBRARY_DIRS = tuple(
     sorted(

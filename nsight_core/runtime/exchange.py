@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from nsight_core.compare import array_kind
 from nsight_core.protocol import (
     ArrayNode,
     DictNode,
@@ -45,6 +44,7 @@ from nsight_core.protocol import (
     SlotSpec,
     ValueNode,
 )
+from nsight_core.runtime.compare import array_kind
 
 _SEGMENT_ROUND = 2 << 20
 _MIN_OWN_SEGMENT = 12 << 20

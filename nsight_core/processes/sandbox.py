@@ -75,11 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsight_core.errors import WORKER_EXIT_CLASS, ErrorClass, NsightCoreError
-
-STDOUT_FILE = "stdout.txt"
-"""Name of the capped stdout copy that `run_sandboxed` saves in ``output_dir``."""
-STDERR_FILE = "stderr.txt"
-"""Name of the capped stderr copy that `run_sandboxed` saves in ``output_dir``."""
+from nsight_core.runtime.files import STDERR_FILE, STDOUT_FILE
 
 ENV_ALLOW_NAMES = frozenset(
     {

@@ -15,19 +15,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nsight_core.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
-from nsight_core.assemble import (
+from nsight_core.collectors import get_backend
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.pipeline import run_worker
+from nsight_core.protocol import FunctionJob, RunKey, WorkerJob
+from nsight_core.results import ProfileResult, iso, utc_now
+from nsight_core.rows.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
+from nsight_core.rows.assemble import (
     collect_values,
     diagnose_job,
     failure_of_error,
     finish_result,
     row_context,
 )
-from nsight_core.collectors import get_backend
-from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.pipeline import run_worker
-from nsight_core.protocol import FunctionJob, RunKey, WorkerJob
-from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.settings import JobSettings
 
 Bound = tuple[tuple[Any, ...], dict[str, Any]]

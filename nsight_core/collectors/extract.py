@@ -221,7 +221,7 @@ def _load(path: Path) -> tuple[Any, Any]:
     return ncu_report, ctx
 
 
-WARMUP_REPORT = Path(__file__).with_name("data") / "reader_warmup.ncu-rep"
+WARMUP_REPORT = Path(__file__).parents[1] / "data" / "reader_warmup.ncu-rep"
 """A 47 KB report of three ranges recorded on the H200 (tests/data/ncu/range_replay, made by
 tools/record_fixtures.py), read once by `warm_report_reader`."""
 

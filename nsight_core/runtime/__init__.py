@@ -1,0 +1,1 @@
+"""What both job processes (judge and contestant) run on: the slot exchange, output comparison and checks, the early CUDA start, and shared process helpers."""

@@ -1,0 +1,1 @@
+"""Results that survive restarts: the result store and each result's manifest."""
