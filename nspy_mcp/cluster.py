@@ -49,7 +49,9 @@ from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
 from nsight_core.stages import run_job
 from nsight_core.store.result_store import LOCK_FILE, MANIFEST_FILE, RESULT_FILE
 from nspy_mcp.cluster_files import Folder, pack_request, unpack_request
-from nspy_mcp.jobs import CANCEL_GRACE_S, GpuSlot, Job, JobQueue, discover_slots, with_gpu
+from nspy_mcp.devices import GpuSlot, discover_slots, with_gpu
+from nspy_mcp.executors import CANCEL_GRACE_S, Job
+from nspy_mcp.jobs import JobQueue
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,9 @@ from nspy_mcp.answers import (
     with_next_step,
 )
 from nspy_mcp.cluster import DaskExecutor, parse_executor
-from nspy_mcp.jobs import DeviceLocks, Executor, JobQueue, LocalExecutor, ProgressSink
+from nspy_mcp.devices import DeviceLocks
+from nspy_mcp.executors import Executor, LocalExecutor
+from nspy_mcp.jobs import JobQueue, ProgressSink
 from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources

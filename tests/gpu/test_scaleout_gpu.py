@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 
 from nsight_core.host.probe import list_gpus
-from nspy_mcp.jobs import DeviceLocks
+from nspy_mcp.devices import DeviceLocks
 from nspy_mcp.server import build_server
 
 pytestmark = [pytest.mark.gpu, pytest.mark.anyio]

@@ -19,7 +19,14 @@ from pydantic import ValidationError
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.request import ProfileRequest
-from nspy_mcp.jobs import CPU_SLOT, DeviceLocks, GpuSlot, discover_slots, gpu_slot, resolve_device
+from nspy_mcp.devices import (
+    CPU_SLOT,
+    DeviceLocks,
+    GpuSlot,
+    discover_slots,
+    gpu_slot,
+    resolve_device,
+)
 from nspy_mcp.server import build_server
 from tests.mcp.test_server import error_text, structured
 

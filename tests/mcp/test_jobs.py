@@ -12,7 +12,7 @@ import pytest
 
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
-from nspy_mcp.jobs import DeviceLocks
+from nspy_mcp.devices import DeviceLocks
 from nspy_mcp.progress import ProgressTracker
 
 pytestmark = pytest.mark.anyio

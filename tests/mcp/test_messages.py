@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from nspy_mcp.jobs import CPU_SLOT, DeviceLocks, gpu_slot
+from nspy_mcp.devices import CPU_SLOT, DeviceLocks, gpu_slot
 from tests.mcp.test_server import MODES, connected, error_text, softmax_request, structured
 
 pytestmark = pytest.mark.anyio

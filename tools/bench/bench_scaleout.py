@@ -33,7 +33,7 @@ import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from nspy_mcp import demo_kernels  # noqa: E402
-from nspy_mcp.jobs import CPU_SLOT, DeviceLocks, GpuSlot, discover_slots  # noqa: E402
+from nspy_mcp.devices import CPU_SLOT, DeviceLocks, GpuSlot, discover_slots  # noqa: E402
 from nspy_mcp.server import build_server  # noqa: E402
 
 

@@ -1,0 +1,239 @@
+"""Where jobs run: the `Executor` interface and `LocalExecutor`, this host's GPUs.
+
+`nspy_mcp.cluster.DaskExecutor` is the other one. An executor checks a request before it is
+queued (the engine's preflight) and runs a job to its end in a worker thread, stopped only
+through the job's ``cancel`` event; the queue (jobs.py) keeps the store, waiting and
+cancelling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+
+from nsight_core.pipeline import job_env
+from nsight_core.processes.standby import (
+    StandbyKey,
+    StandbyMemory,
+    StandbyPool,
+    prestart_enabled,
+    standby_enabled,
+)
+from nsight_core.request import ProfileRequest
+from nsight_core.results import ProfileResult
+from nsight_core.stages import preflight_request, run_job
+from nspy_mcp.progress import ProgressTracker
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no cross-process device lock
+    fcntl = None  # type: ignore[assignment]
+from nspy_mcp.devices import DeviceLocks, GpuSlot, _account, resolve_device, with_gpu
+
+if TYPE_CHECKING:
+    from nspy_mcp.jobs import JobQueue
+
+log = logging.getLogger(__name__)
+
+CANCEL_GRACE_S = 30.0
+"""How long a cancelled call waits for the job's process group to be gone. The sandbox
+sends SIGTERM, then SIGKILL after a few seconds; this bound only guards against a hang."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One submitted profile job and what waiters need to follow it."""
+
+    result_id: str
+    request: ProfileRequest
+    want: GpuSlot | None
+    """The GPU the request names (None: any); local queue only."""
+    job_dir: Path
+    tracker: ProgressTracker
+    cancel: threading.Event = field(default_factory=threading.Event)
+    finished: anyio.Event = field(default_factory=anyio.Event)
+    thread_exited: threading.Event = field(default_factory=threading.Event)
+    queue_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    started: bool = False
+    where: str = ""
+    """Where it runs once started: a GPU of this host, or a cluster worker."""
+    result: ProfileResult | None = None
+    partial: ProfileResult | None = None
+    """A staged job's finished stages while later ones run (nsight_core/stages.py)."""
+    cancel_reason: str | None = None
+    version: int = 0
+    submitted: float = field(default_factory=time.monotonic)
+    """When it was submitted (time.monotonic): its queue time runs from here to `started`."""
+    queued_s: float | None = None
+    waits: dict[str, float] = field(default_factory=dict)
+    """Seconds waited before its processes ran, by cause (see Provenance.waits): the
+    server's share; the engine adds its own (the standby pool's) to the result."""
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def notify(self) -> None:
+        """Wake every waiter (call on the event loop)."""
+        self.version += 1
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    async def wait_change(self, seen: int) -> None:
+        if self.version == seen:
+            await self._changed.wait()
+
+
+class Executor(Protocol):
+    """Where jobs run: this host's GPUs (`LocalExecutor`) or a Dask cluster
+    (`nspy_mcp.cluster.DaskExecutor`). The queue keeps the store, waiting and cancelling."""
+
+    async def check(self, request: ProfileRequest) -> GpuSlot | None:
+        """Refuse what cannot run (NsightCoreError); the GPU the request names, if any."""
+        ...
+
+    async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
+        """Run the job to its end: its result, or None if cancelled before it started.
+
+        Calls `queue.started` once it runs and `queue.progress` with engine events; a
+        started job is stopped through `job.cancel`."""
+        ...
+
+
+PRESTART_WAIT_S = 30.0
+"""How long a job waits for the server's start to have started the remembered standbys."""
+
+
+class LocalExecutor:
+    """Jobs on this host: one per GPU (one at a time on a host without a GPU)."""
+
+    def __init__(
+        self,
+        locks: DeviceLocks,
+        *,
+        final_backend: str | None = None,
+        memory: StandbyMemory | None = None,
+    ) -> None:
+        self.locks = locks
+        self.final_backend = final_backend
+        """Backend of a staged request's profile stage instead of the request's (ncu): for
+        tests on hosts without ncu."""
+        self.memory = memory
+        """Where the pools write their standbys' settings (the result store), and whence
+        `prestart` reads them."""
+        self._pools: dict[str, StandbyPool] = {}
+        self._pools_lock = threading.Lock()
+        self._closed = False
+        self._prestarted = False
+        self._prestart_done = threading.Event()
+        self._prestart_done.set()
+
+    def standby(self, slot: GpuSlot) -> StandbyPool | None:
+        """The slot's pool of pre-started judges (nsight_core/processes/standby.py); None when they are
+        turned off (NSPY_MCP_STANDBY=0) or the server is shutting down."""
+        if not standby_enabled():
+            return None
+        with self._pools_lock:
+            if self._closed:
+                return None
+            pool = self._pools.get(slot.key)
+            if pool is None:
+                pool = self._pools[slot.key] = StandbyPool(memory=self.memory, slot=slot.key)
+            return pool
+
+    def begin_prestart(self) -> None:
+        """Start, on a thread, the standbys an earlier server on this store left settings
+        for (once per executor; NSPY_MCP_STANDBY_AT_START=0 turns it off). Jobs wait for that
+        thread (`PRESTART_WAIT_S` at most), so no job is measured while it starts them."""
+        with self._pools_lock:
+            if self._prestarted or self.memory is None or not prestart_enabled():
+                return
+            self._prestarted = True
+            self._prestart_done.clear()
+        threading.Thread(target=self._prestart, name="nspy prestart", daemon=True).start()
+
+    def _prestart(self) -> None:
+        try:
+            assert self.memory is not None
+            self.locks.discover()
+            for slot in self.locks.known_slots():
+                specs = self.memory.recall(slot.key)
+                pool = self.standby(slot) if specs else None
+                if pool is not None:
+                    env = job_env(slot.visible)
+                    pool.prestart([StandbyKey.of(spec, env) for spec in specs])
+        except Exception:
+            log.exception("starting the remembered standbys failed; jobs start cold")
+        finally:
+            self._prestart_done.set()
+
+    def close(self) -> None:
+        """Retire every pre-started judge; no new one starts after this."""
+        with self._pools_lock:
+            self._closed = True
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.close()
+
+    async def check(self, request: ProfileRequest) -> GpuSlot | None:
+        await anyio.to_thread.run_sync(
+            functools.partial(preflight_request, request, final_backend=self.final_backend)
+        )
+        return resolve_device(request.device, await self.locks.slots())
+
+    async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
+        async with contextlib.AsyncExitStack() as stack:
+            # Only the wait for the device is cancelled through `queue_scope`; a started
+            # job is stopped through its cancel event, so the engine can kill its group.
+            slot: GpuSlot | None = None
+            with job.queue_scope:
+                slot = await stack.enter_async_context(
+                    self.locks.take(job.want, lambda m: queue.note(job, m), job.waits)
+                )
+            if slot is None or job.queue_scope.cancelled_caught or job.cancel.is_set():
+                return None
+            await queue.started(job, f"{slot.label} in nspy-mcp server pid {os.getpid()}")
+            return with_gpu(await self._call_engine(job, queue, slot), slot)
+        raise AssertionError("unreachable")  # pragma: no cover - mypy: the stack may swallow
+
+    async def _call_engine(self, job: Job, queue: JobQueue, slot: GpuSlot) -> ProfileResult:
+        def engine() -> ProfileResult:
+            try:
+                since = time.monotonic()
+                self._prestart_done.wait(PRESTART_WAIT_S)
+                _account(job.waits, "prestart", since)
+                return run_job(
+                    job.request,
+                    job.job_dir,
+                    result_id=job.result_id,
+                    on_progress=lambda ev: queue.progress(job, ev),
+                    on_stage=lambda update: queue.stage(job, update),
+                    cancel=job.cancel,
+                    gpu=slot.visible,
+                    final_backend=self.final_backend,
+                    standby=self.standby(slot),
+                )
+            finally:
+                job.thread_exited.set()
+
+        try:
+            return await anyio.to_thread.run_sync(engine, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            # This task itself is being cancelled (server shutdown from outside): stop the
+            # process group, and do not give the lock back before it is gone.
+            if job.cancel_reason is None:
+                job.cancel_reason = "the server shut down"
+            job.cancel.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(job.thread_exited.wait, CANCEL_GRACE_S)
+            raise
