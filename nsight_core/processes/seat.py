@@ -121,3 +121,5 @@ class Seat:
         self.chan.close()
         self.arena.close()
         shutil.rmtree(self.private, ignore_errors=True)
+        # Its own folder too: a judge outside the sandbox (no private TMPDIR) left it behind.
+        shutil.rmtree(self.arena.directory, ignore_errors=True)
