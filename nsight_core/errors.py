@@ -73,7 +73,7 @@ class NsightCoreError(Exception):
         return {"error_class": self.error_class.value, "message": self.message, "hint": self.hint}
 
 
-class WorkerExit(IntEnum):
+class JobExit(IntEnum):
     """Exit codes of a job's processes (judge, contestant); sandbox.py maps them to ErrorClass.
 
     Codes sit above 64 so they do not collide with Python's own 1 (uncaught exception)
@@ -94,11 +94,11 @@ class WorkerExit(IntEnum):
     """An unexpected error in the worker itself (traceback in the events file)."""
 
 
-WORKER_EXIT_CLASS: dict[WorkerExit, ErrorClass | None] = {
-    WorkerExit.OK: None,
-    WorkerExit.BAD_JOB: ErrorClass.INVALID_REQUEST,
-    WorkerExit.IMPORT_FAILED: ErrorClass.IMPORT_ERROR,
-    WorkerExit.COMPILE_FAILED: ErrorClass.COMPILE_ERROR,
-    WorkerExit.REFERENCE_FAILED: ErrorClass.RUNTIME_ERROR,
-    WorkerExit.INTERNAL: ErrorClass.CRASHED,
+WORKER_EXIT_CLASS: dict[JobExit, ErrorClass | None] = {
+    JobExit.OK: None,
+    JobExit.BAD_JOB: ErrorClass.INVALID_REQUEST,
+    JobExit.IMPORT_FAILED: ErrorClass.IMPORT_ERROR,
+    JobExit.COMPILE_FAILED: ErrorClass.COMPILE_ERROR,
+    JobExit.REFERENCE_FAILED: ErrorClass.RUNTIME_ERROR,
+    JobExit.INTERNAL: ErrorClass.CRASHED,
 }

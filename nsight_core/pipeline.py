@@ -37,13 +37,13 @@ from nsight_core.protocol import (
     JUDGE_DIR,
     NCU_LOG_FILE,
     REPORT_FILE,
+    JobSpec,
     StandbySpec,
-    WorkerJob,
 )
 from nsight_core.request import ProfileRequest, named_files, request_workdir
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.rows.assemble import assemble_result, refused, with_waits
-from nsight_core.rows.runs import EventTail, ProgressCallback, WorkerRun, read_events
+from nsight_core.rows.runs import EventTail, JobRun, ProgressCallback, read_events
 from nsight_core.settings import JobSettings
 
 JUDGE_GRACE_S = 30.0
@@ -133,7 +133,7 @@ def run_profile_job(
     if request.source is not None:
         source_file = job_dir / "inline_source.py"
         source_file.write_text(request.source, encoding="utf-8")
-    job = WorkerJob(
+    job = JobSpec(
         mode="request",
         backend=request.backend,
         request=request,
@@ -159,7 +159,7 @@ def run_profile_job(
 
 
 def run_worker(
-    job: WorkerJob,
+    job: JobSpec,
     job_dir: Path,
     settings: JobSettings,
     *,
@@ -167,11 +167,11 @@ def run_worker(
     cancel: threading.Event | None = None,
     standby: StandbyPool | None = None,
     waits: dict[str, float] | None = None,
-) -> WorkerRun:
+) -> JobRun:
     """Run a job's processes in the sandbox and wait for them; never raises for the child.
 
     `waits` receives the seconds waited before the processes ran, by cause (the standby
-    pool's `settle`): they are not the job's run time (`WorkerRun.wall_s`), and a result
+    pool's `settle`): they are not the job's run time (`JobRun.wall_s`), and a result
     must say where both went."""
     backend = get_backend(settings.backend)
     job.write(job_dir)
@@ -241,7 +241,7 @@ def run_worker(
         for name, fname in JOB_ARTIFACTS.items()
         if (job_dir / fname).exists()
     }
-    return WorkerRun(
+    return JobRun(
         job_dir=job_dir,
         backend=settings.backend,
         wrapped=wrapped,

@@ -2,11 +2,11 @@
 
 Contract:
 
-- The parent writes one ``job.json`` (a `WorkerJob`) into a fresh job directory and starts
+- The parent writes one ``job.json`` (a `JobSpec`) into a fresh job directory and starts
   the job: ``python -m nsight_core.judge.boot JOB_DIR`` for a request (the judge starts the
   contestant, under ``ncu`` for the ncu backend), ``python -m nsight_core.contestant
   --function JOB_DIR`` for an `@kernel` function.
-- The job's processes append `WorkerEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
+- The job's processes append `JobEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
   never to stdout: stdout belongs to the candidate (and, in the server, to MCP).
 - Every profiled call runs inside an NVTX start/end range in domain `NVTX_DOMAIN` whose
   message is `RunKey.range_name()`. ncu keeps exactly those kernels, and extract.py
@@ -102,7 +102,7 @@ class FunctionJob(_Msg):
     ignore_failures: bool = False
 
 
-class WorkerJob(_Msg):
+class JobSpec(_Msg):
     """What a job's processes read from ``JOB_DIR/job.json``."""
 
     mode: Literal["request", "function"]
@@ -341,7 +341,7 @@ class StandbySpec(_Msg):
     cuda_ipc: bool
 
     @classmethod
-    def of_job(cls, job: WorkerJob) -> StandbySpec:
+    def of_job(cls, job: JobSpec) -> StandbySpec:
         req = job.request
         if req is None:
             raise ValueError("a standby spec is made from a request job")
@@ -480,7 +480,7 @@ class FloorEvent(_Msg):
     bytes_out: int | None = Field(None, description="Bytes of every array in the output.")
 
 
-WorkerEvent = (
+JobEvent = (
     PhaseEvent
     | ProgressEvent
     | CheckEvent

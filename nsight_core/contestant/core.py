@@ -38,7 +38,7 @@ from nsight_core.annotation import RunContext, set_run_context
 from nsight_core.collectors.events import Device, detect_device, start_timer, sync_all
 from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, call_timer
 from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
-from nsight_core.errors import WorkerExit
+from nsight_core.errors import JobExit
 from nsight_core.processes.sandbox import (
     default_fs_access,
     die_with_parent,
@@ -57,6 +57,7 @@ from nsight_core.protocol import (
     ExitMsg,
     FailureEvent,
     HelloMsg,
+    JobSpec,
     JudgeMsg,
     KernelTiming,
     LoadMsg,
@@ -66,7 +67,6 @@ from nsight_core.protocol import (
     ReplyMsg,
     RunKey,
     SampleEvent,
-    WorkerJob,
 )
 from nsight_core.runtime.check import aliased, mutated, snapshot_inputs
 from nsight_core.runtime.early_cuda import EarlyCuda
@@ -121,7 +121,7 @@ def _die_with_judge(sock: socket.socket) -> None:
             if mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR):
                 with contextlib.suppress(OSError):
                     os.killpg(os.getpgrp(), signal.SIGKILL)
-                os._exit(int(WorkerExit.INTERNAL))
+                os._exit(int(JobExit.INTERNAL))
 
 
 class Contestant:
@@ -201,10 +201,10 @@ class Contestant:
         while True:
             line = self._reader.readline()
             if not line:
-                return int(WorkerExit.OK)
+                return int(JobExit.OK)
             msg = _JUDGE_MSG.validate_json(line)
             if isinstance(msg, ExitMsg):
-                return int(WorkerExit.OK)
+                return int(JobExit.OK)
             if isinstance(msg, LoadMsg):
                 self.watch.snapshot()  # what the reference's calls imported (cupy, triton)
                 self._send(self.load(self.job.annotations[1:]))
@@ -301,7 +301,7 @@ def _user_modules() -> list[Any]:
 RUN_SEED_BASE = 500_000
 
 
-def run_function_job(job: WorkerJob, events: EventWriter, timed: bool) -> int:
+def run_function_job(job: JobSpec, events: EventWriter, timed: bool) -> int:
     """Call the user's function per (config, run); it annotates itself."""
     import cloudpickle
 
@@ -369,7 +369,7 @@ def run_function_job(job: WorkerJob, events: EventWriter, timed: bool) -> int:
     set_run_context(None)
     phase_seconds["profile"] = time.monotonic() - t0
     events.emit(DoneEvent(phase_seconds=phase_seconds, device=None))
-    return int(WorkerExit.OK)
+    return int(JobExit.OK)
 
 
 def confine(job: ContestantJob) -> str | None:
@@ -395,10 +395,10 @@ def confine(job: ContestantJob) -> str | None:
 def _function_main(job_dir: Path) -> int:
     """The `@kernel` mode: the user's own function, per (config, run)."""
     try:
-        job = WorkerJob.model_validate_json((job_dir / JOB_FILE).read_text())
+        job = JobSpec.model_validate_json((job_dir / JOB_FILE).read_text())
     except Exception as exc:
         sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
-        return int(WorkerExit.BAD_JOB)
+        return int(JobExit.BAD_JOB)
     timer = call_timer(job.child_timer)
     timed = not timer.external  # else NVTX ranges per region, which the profiler reads
     if not timed:
@@ -410,7 +410,7 @@ def _function_main(job_dir: Path) -> int:
         return run_function_job(job, events, timed)
     except Exception as exc:
         events.emit(failure_event("<worker>", "profile", exc))
-        return int(WorkerExit.INTERNAL)
+        return int(JobExit.INTERNAL)
 
 
 def main(argv: list[str]) -> int:
@@ -428,7 +428,7 @@ def main(argv: list[str]) -> int:
             "usage: python -m nsight_core.contestant PRIVATE_DIR "
             f"{'|'.join(TIMER_KINDS)} [--prestarted]\n"
         )
-        return int(WorkerExit.BAD_JOB)
+        return int(JobExit.BAD_JOB)
     timer_kind = argv[2]
     # Connect first: the judge accepts when it is ready to send the job, and this process
     # goes on starting meanwhile (a pre-started one waits for its job at the readline).
@@ -452,16 +452,16 @@ def main(argv: list[str]) -> int:
     sock.sendall(READY_LINE + b"\n")  # started: nothing of this process touches the GPU now
     line = reader.readline()
     if not line:  # the judge ended before there was a job (a standby retired)
-        return int(WorkerExit.OK)
+        return int(JobExit.OK)
     t4 = time.monotonic()
     try:
         cjob = ContestantJob.model_validate_json(line)
     except Exception as exc:
         sys.stderr.write(f"nsight_core.contestant: bad job: {exc}\n")
-        return int(WorkerExit.BAD_JOB)
+        return int(JobExit.BAD_JOB)
     if cjob.child_timer != timer_kind:
         sys.stderr.write("nsight_core.contestant: the job's timer is not the one started\n")
-        return int(WorkerExit.BAD_JOB)
+        return int(JobExit.BAD_JOB)
     not_confined = confine(cjob)  # before any candidate code and before any thread
     contestant = Contestant(cjob, not_confined, timer)
     contestant.startup_s = {

@@ -44,7 +44,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.collectors.events import sync_all
-from nsight_core.errors import ErrorClass, WorkerExit
+from nsight_core.errors import ErrorClass, JobExit
 from nsight_core.judge.verdict import (
     Tally,
     TrivialBound,
@@ -75,6 +75,7 @@ from nsight_core.protocol import (
     FailureEvent,
     FloorEvent,
     HelloMsg,
+    JobSpec,
     LoadMsg,
     Phase,
     PhaseEvent,
@@ -86,7 +87,6 @@ from nsight_core.protocol import (
     SlotSpec,
     StandbySpec,
     SuspectEvent,
-    WorkerJob,
 )
 from nsight_core.request import ProfileRequest, named_files
 from nsight_core.rows.diagnose import nbytes_of
@@ -147,7 +147,7 @@ class _ConfigState:
 class Judge:
     """One job's judge, given a `Seat` whose contestant was started before the job."""
 
-    def __init__(self, job: WorkerJob, request: ProfileRequest, job_dir: Path, seat: Seat) -> None:
+    def __init__(self, job: JobSpec, request: ProfileRequest, job_dir: Path, seat: Seat) -> None:
         self.job = job
         self.req = request
         self.job_dir = job_dir
@@ -203,7 +203,7 @@ class Judge:
         files = named_files(self.req, Path(self.job.workdir))
         return sorted({str(f.path.parent) for f in files})
 
-    def load_trusted(self) -> WorkerExit | None:
+    def load_trusted(self) -> JobExit | None:
         source = Path(self.job.source_file) if self.job.source_file else None
         workdir = Path(self.job.workdir)
         for role, spec in (("reference", self.req.reference), ("inputs", self.req.inputs)):
@@ -213,8 +213,8 @@ class Judge:
                 ev = failure_event(spec, "import", exc)
                 self.events.emit(ev)
                 if ev.error_class == ErrorClass.COMPILE_ERROR:
-                    return WorkerExit.COMPILE_FAILED
-                return WorkerExit.IMPORT_FAILED
+                    return JobExit.COMPILE_FAILED
+                return JobExit.IMPORT_FAILED
             if role == "reference":
                 self.ref = fn
             else:
@@ -572,7 +572,7 @@ class Judge:
                     message=f"{exc}; the job's error says how its process ended",
                 )
             )
-            return int(WorkerExit.OK)
+            return int(JobExit.OK)
         finally:
             self._finish()
 
@@ -592,14 +592,14 @@ class Judge:
             for cid, config in enumerate(configs)
         ]
         if configs and not any(ref_ok):
-            return int(WorkerExit.REFERENCE_FAILED)
+            return int(JobExit.REFERENCE_FAILED)
         with self.phase("import"):
             self.load_candidates()
         candidates = [a for a in self.req.annotations[1:] if a in self.loaded]
         for cid, config in enumerate(configs):
             if ref_ok[cid] and candidates:
                 self.run_config(cid, config, candidates, done, total)
-        return int(WorkerExit.OK)
+        return int(JobExit.OK)
 
     def _finish(self) -> None:
         with contextlib.suppress(OSError, AssertionError, ContestantGone):
@@ -677,9 +677,9 @@ def check_path_once(device: str) -> Tally:
     return tally
 
 
-def _read_job(job_dir: Path) -> WorkerJob | str:
+def _read_job(job_dir: Path) -> JobSpec | str:
     try:
-        job = WorkerJob.model_validate_json((job_dir / JOB_FILE).read_text())
+        job = JobSpec.model_validate_json((job_dir / JOB_FILE).read_text())
     except (OSError, ValidationError) as exc:
         return f"bad job file: {exc}"
     return job if job.request is not None else "not a request job"
@@ -694,7 +694,7 @@ def peer_pid(conn: socket.socket) -> int:
     return int(struct.unpack("3i", creds)[0])
 
 
-def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, WorkerJob] | None:
+def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, JobSpec] | None:
     """A pre-started judge's wait: one job directory, handed over on ``listener``.
 
     It answers ``ok`` once the job is taken, or why not (another spec, a bad file), so the
@@ -750,7 +750,7 @@ def main(
     standby = len(argv) == 3 and argv[1] == "--standby"
     if len(argv) != 2 and not standby:
         sys.stderr.write("usage: python -m nsight_core.judge.core JOB_DIR | --standby DIR\n")
-        return int(WorkerExit.BAD_JOB)
+        return int(JobExit.BAD_JOB)
     home = Path(argv[-1]).resolve()
     listener: socket.socket | None = None
     if standby:
@@ -758,7 +758,7 @@ def main(
             spec = StandbySpec.model_validate_json((home / STANDBY_FILE).read_text())
         except (OSError, ValidationError) as exc:
             sys.stderr.write(f"nsight_core.judge.core: bad standby file: {exc}\n")
-            return int(WorkerExit.BAD_JOB)
+            return int(JobExit.BAD_JOB)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(home / STANDBY_SOCKET))
         listener.listen(1)
@@ -768,7 +768,7 @@ def main(
             sys.stderr.write(f"nsight_core.judge.core: {job_or_why}\n")
             if launched is not None:
                 launched.proc.cancel.set()
-            return int(WorkerExit.BAD_JOB)
+            return int(JobExit.BAD_JOB)
         spec = StandbySpec.of_job(job_or_why)
     seat = Seat(spec, home, prestarted=standby, launched=launched)
     # This process's start until its contestant was spawned.
@@ -785,14 +785,14 @@ def main(
                 f"nsight_core.judge.core: the standby's contestant did not start: {exc}\n"
             )
             seat.close()
-            return int(WorkerExit.OK)
+            return int(JobExit.OK)
         (home / READY_FILE).touch()  # the pool waits for this before any job runs
         idle0 = time.monotonic()
         taken = _wait_for_job(listener, seat)
         listener.close()
         if taken is None:
             seat.close()
-            return int(WorkerExit.OK)
+            return int(JobExit.OK)
         job_dir, job = taken
         spawn_s = 0.0
         idle_s = time.monotonic() - idle0
@@ -809,7 +809,7 @@ def main(
     except Exception as exc:
         with EventWriter(job_dir / EVENTS_FILE) as events:
             events.emit(failure_event("<judge>", "profile", exc))
-        code = int(WorkerExit.INTERNAL)
+        code = int(JobExit.INTERNAL)
     release(release_fd, code)  # last: every event of the job is written and closed
     return code
 

@@ -18,7 +18,7 @@ from typing import Any
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import run_worker
-from nsight_core.protocol import FunctionJob, RunKey, WorkerJob
+from nsight_core.protocol import FunctionJob, JobSpec, RunKey
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.rows.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
 from nsight_core.rows.assemble import (
@@ -114,7 +114,7 @@ def run_function(
     job_dir.mkdir(parents=True, exist_ok=True)
     pickle_file = job_dir / "function.pkl"
     pickle_file.write_bytes(_pickle_function(func, bound))
-    job = WorkerJob(
+    job = JobSpec(
         mode="function",
         backend=settings.backend,
         function=FunctionJob(

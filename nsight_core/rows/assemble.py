@@ -53,7 +53,7 @@ from nsight_core.rows.aggregate import (
     reduce_runs,
 )
 from nsight_core.rows.diagnose import JobDiagnosis, apply_floor, diagnose_run
-from nsight_core.rows.runs import WorkerRun
+from nsight_core.rows.runs import JobRun
 from nsight_core.settings import JobSettings
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', re.MULTILINE)
@@ -171,7 +171,7 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def provenance_of(run: WorkerRun, settings: JobSettings, gpu: str | None) -> Provenance:
+def provenance_of(run: JobRun, settings: JobSettings, gpu: str | None) -> Provenance:
     done = run.events.done
     applies = get_backend(settings.backend).settings_apply
     return Provenance(
@@ -202,7 +202,7 @@ class Collected:
     gpu: str | None
 
 
-def collect_values(run: WorkerRun, settings: JobSettings) -> Collected:
+def collect_values(run: JobRun, settings: JobSettings) -> Collected:
     """The run's events and the backend's records -> one value per run and metric."""
     ev = run.events
     failures = [failure_of_event(f) for f in ev.failures]
@@ -329,7 +329,7 @@ def _summary(rows: Sequence[Row], checks: int, passed: int, failures: int) -> st
 
 
 def finish_result(
-    run: WorkerRun,
+    run: JobRun,
     settings: JobSettings,
     *,
     result_id: str,
@@ -388,7 +388,7 @@ def with_waits(
 
 
 def diagnose_job(
-    run: WorkerRun,
+    run: JobRun,
     settings: JobSettings,
     values: RunValues,
     configs: Sequence[Mapping[str, Any]],
@@ -547,7 +547,7 @@ def _reference_consequence(request: ProfileRequest, rows: Sequence[Row]) -> str:
 
 
 def _job_error(
-    run: WorkerRun, failures: Sequence[Failure], ref: tuple[str, Failure] | None
+    run: JobRun, failures: Sequence[Failure], ref: tuple[str, Failure] | None
 ) -> Failure | None:
     """The job's error, replaced by the recorded failure it only stands for: an exit code
     of the judge says a callable failed; the failure says which, where and why."""
@@ -645,7 +645,7 @@ def _first_candidate_failure(request: ProfileRequest, result: ProfileResult) -> 
 
 
 def assemble_result(
-    request: ProfileRequest, run: WorkerRun, *, result_id: str, created_at: str
+    request: ProfileRequest, run: JobRun, *, result_id: str, created_at: str
 ) -> ProfileResult:
     settings = JobSettings.of_request(request)
     got = collect_values(run, settings)

@@ -22,11 +22,11 @@ from nsight_core.protocol import (
     EndEvent,
     FailureEvent,
     FloorEvent,
+    JobEvent,
     ProgressEvent,
     RangeEvent,
     SampleEvent,
     SuspectEvent,
-    WorkerEvent,
 )
 
 if TYPE_CHECKING:  # only for annotations
@@ -36,11 +36,11 @@ log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[ProgressEvent], None]
 
-_EVENT = TypeAdapter[WorkerEvent](WorkerEvent)
+_EVENT = TypeAdapter[JobEvent](JobEvent)
 
 
 @dataclass
-class WorkerEvents:
+class JobEvents:
     """Everything the job's processes reported, parsed and checked."""
 
     checks: list[CheckEvent] = field(default_factory=list)
@@ -54,8 +54,8 @@ class WorkerEvents:
     bad_lines: int = 0
 
 
-def read_events(path: Path) -> WorkerEvents:  # noqa: C901 (one branch per event type)
-    out = WorkerEvents()
+def read_events(path: Path) -> JobEvents:  # noqa: C901 (one branch per event type)
+    out = JobEvents()
     if not path.exists():
         return out
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -118,7 +118,7 @@ class EventTail:
 
 
 @dataclass
-class WorkerRun:
+class JobRun:
     """A finished job: how its process ended, what it said, where its files are."""
 
     job_dir: Path
@@ -127,7 +127,7 @@ class WorkerRun:
     """The measured command (the contestant's, under ncu or not) and the backend's files."""
     outcome: SandboxOutcome
     """How the process the pipeline started (the judge, or the `@kernel` contestant) ended."""
-    events: WorkerEvents
+    events: JobEvents
     error: NsightCoreError | None
     wall_s: float
     artifacts: dict[str, str]

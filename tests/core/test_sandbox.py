@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.errors import WORKER_EXIT_CLASS, ErrorClass, WorkerExit
+from nsight_core.errors import WORKER_EXIT_CLASS, ErrorClass, JobExit
 from nsight_core.processes.sandbox import (
     SandboxLimits,
     SandboxOutcome,
@@ -74,8 +74,8 @@ def test_segfault_is_crashed_with_the_signal_name(tmp_path: Path) -> None:
     assert out.error_class == ErrorClass.CRASHED
 
 
-@pytest.mark.parametrize("code", list(WorkerExit))
-def test_worker_exit_codes_map_to_their_classes(tmp_path: Path, code: WorkerExit) -> None:
+@pytest.mark.parametrize("code", list(JobExit))
+def test_worker_exit_codes_map_to_their_classes(tmp_path: Path, code: JobExit) -> None:
     out = run_py(f"import sys; sys.exit({int(code)})", tmp_path)
     assert out.exit_code == int(code)
     assert out.error_class == WORKER_EXIT_CLASS[code]

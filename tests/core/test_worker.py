@@ -17,7 +17,7 @@ from nsight_core.pipeline import jit_cache_env, run_profile_job
 from nsight_core.processes.launch import LAUNCH_FILE, LaunchPlan
 from nsight_core.processes.sandbox import landlock_abi
 from nsight_core.processes.seat import Seat
-from nsight_core.protocol import SampleEvent, StandbySpec, WorkerJob
+from nsight_core.protocol import JobSpec, SampleEvent, StandbySpec
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.rows.runs import read_events
@@ -103,7 +103,7 @@ def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     (job_dir / "src.py").write_text(source)
-    job = WorkerJob(
+    job = JobSpec(
         mode="request",
         backend="test-range",
         request=request,
