@@ -155,6 +155,16 @@ class Row(_Model):
     CrossCheck: CrossCheckOf = None
 
 
+def suspected(row: Row, reason: str) -> Row:
+    """``row`` with ``reason`` among its Reasons and Trust 'suspicious'; a failed row stays
+    'failed' and gains the reason too (it then says more, never less). The one rule every
+    stage that doubts a row applies; a reason already there is not repeated."""
+    if reason in row.Reasons:
+        return row
+    trust = row.Trust if row.Trust == "failed" else "suspicious"
+    return row.model_copy(update={"Trust": trust, "Reasons": [*row.Reasons, reason]})
+
+
 class Comparison(_Model):
     """A candidate against the reference on one config and metric, from paired runs."""
 

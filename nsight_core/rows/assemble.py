@@ -43,6 +43,7 @@ from nsight_core.results import (
     Provenance,
     Row,
     iso,
+    suspected,
     utc_now,
 )
 from nsight_core.rows.aggregate import (
@@ -266,20 +267,12 @@ def row_context(
     )
 
 
-def _suspicious(row: Row, reason: str) -> Row:
-    if row.Trust == "failed" or reason in row.Reasons:
-        return row
-    return row.model_copy(update={"Trust": "suspicious", "Reasons": [*row.Reasons, reason]})
-
-
 def apply_suspects(rows: list[Row], suspects: Sequence[SuspectEvent], evidence: str) -> list[Row]:
     """Rows made suspicious by what the judge found (see the module docstring)."""
     for s in suspects:
         if s.in_process_only and evidence != "in_process":
             continue
-        rows = [
-            _suspicious(r, s.reason) if s.annotation in (None, r.Annotation) else r for r in rows
-        ]
+        rows = [suspected(r, s.reason) if s.annotation in (None, r.Annotation) else r for r in rows]
     return rows
 
 

@@ -41,7 +41,7 @@ from nsight_core.collectors.cupti import (
     host_bound_reason,
 )
 from nsight_core.request import DEFAULT_METRIC
-from nsight_core.results import Comparison, CrossCheckValue, ProfileResult, Row
+from nsight_core.results import Comparison, CrossCheckValue, ProfileResult, Row, suspected
 from nsight_core.rows.stats import ns_per
 
 KERNEL_TIME_BELOW_PCT = 25.0
@@ -133,13 +133,6 @@ def _noted(row: Row, reason: str) -> Row:
     )
 
 
-def _suspicious(row: Row, reason: str) -> Row:
-    if reason in row.Reasons:
-        return row
-    trust = row.Trust if row.Trust == "failed" else "suspicious"
-    return row.model_copy(update={"Trust": trust, "Reasons": [*row.Reasons, reason]})
-
-
 def _by_key(rows: Sequence[Row], metric: str) -> dict[Key, Row]:
     return {(r.Annotation, r.ConfigId): r for r in rows if r.Metric == metric}
 
@@ -219,7 +212,7 @@ def cross_check(
         rows.append(r)
 
     screen_rows = [
-        _suspicious(r, doubted[(r.Annotation, r.ConfigId)])
+        suspected(r, doubted[(r.Annotation, r.ConfigId)])
         if r.Metric == screen_metric and (r.Annotation, r.ConfigId) in doubted
         else r
         for r in screen.rows

@@ -34,7 +34,7 @@ from nsight_core.collectors.extract import extract_records
 from nsight_core.errors import NsightCoreError
 from nsight_core.protocol import EVENTS_METRIC, FloorEvent, RunKey
 from nsight_core.request import DEFAULT_METRIC
-from nsight_core.results import BoundKind, Diagnosis, Row, RuleFinding
+from nsight_core.results import BoundKind, Diagnosis, Row, RuleFinding, suspected
 from nsight_core.rows.stats import ns_per
 
 # -- what ncu collects -----------------------------------------------------------------
@@ -332,8 +332,8 @@ def apply_floor(rows: Sequence[Row], floors: Mapping[int, Floor]) -> list[Row]:
         floor = floors.get(row.ConfigId)
         ns = _ns(row, row.MedianValue) if row.MedianValue is not None else None
         reason = floor_reason(ns, floor) if floor is not None and ns is not None else None
-        if reason is not None and row.Trust != "failed" and reason not in row.Reasons:
-            row = row.model_copy(update={"Trust": "suspicious", "Reasons": [*row.Reasons, reason]})
+        if reason is not None:
+            row = suspected(row, reason)
         out.append(row)
     return out
 
