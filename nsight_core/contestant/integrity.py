@@ -144,9 +144,11 @@ def shadowing_files(directories: Iterable[Path], harness: frozenset[str]) -> lis
     """
     found = []
     for d in directories:
-        if not d.is_dir():
+        try:
+            entries = sorted(d.iterdir())
+        except OSError:  # not a folder, or one confinement keeps closed: nothing imports from it
             continue
-        for entry in sorted(d.iterdir()):
+        for entry in entries:
             stem = entry.stem if entry.suffix == ".py" else entry.name
             if entry.suffix != ".py" and not (entry / "__init__.py").exists():
                 continue

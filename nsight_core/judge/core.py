@@ -199,9 +199,16 @@ class Judge:
     def _named_dirs(self) -> list[str]:
         """The folders of the files the request names, wherever they are (their siblings
         import), and nothing else: the workdir alone would leave an agent's absolute paths
-        elsewhere unreadable."""
-        files = named_files(self.req, Path(self.job.workdir))
-        return sorted({str(f.path.parent) for f in files})
+        elsewhere unreadable. A folder that holds job data (this job's private folder and
+        slots, and beside them other jobs'; the result store) is never opened whole: only
+        the named file in it is (a candidate at /tmp/v1.py must not read /tmp)."""
+        held = [p.resolve() for p in (self._private, self.arena.directory, self.job_dir)]
+        reads = set()
+        for f in named_files(self.req, Path(self.job.workdir)):
+            folder = f.path.parent
+            broad = any(folder == h or folder in h.parents for h in held)
+            reads.add(str(f.path if broad else folder))
+        return sorted(reads)
 
     def load_trusted(self) -> JobExit | None:
         source = Path(self.job.source_file) if self.job.source_file else None
