@@ -50,8 +50,7 @@ from nsight_core.stages import run_job
 from nsight_core.store.result_store import LOCK_FILE, MANIFEST_FILE, RESULT_FILE
 from nspy_mcp.cluster_files import Folder, pack_request, unpack_request
 from nspy_mcp.devices import GpuSlot, discover_slots, with_gpu
-from nspy_mcp.executors import CANCEL_GRACE_S, Job
-from nspy_mcp.jobs import JobQueue
+from nspy_mcp.executors import CANCEL_GRACE_S, Job, JobReports
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +221,7 @@ class DaskExecutor:
         await anyio.to_thread.run_sync(check_named_files, request)
         return None
 
-    async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
+    async def run(self, job: Job, queue: JobReports) -> ProfileResult | None:
         from distributed import Event
 
         resolved, folders = await anyio.to_thread.run_sync(pack_request, job.request)
@@ -274,7 +273,7 @@ class DaskExecutor:
             self._client.unsubscribe_topic(topic)
 
     async def _on_event(
-        self, job: Job, queue: JobQueue, seen: _Attempts, msg: dict[str, Any]
+        self, job: Job, queue: JobReports, seen: _Attempts, msg: dict[str, Any]
     ) -> None:
         if msg.get("kind") == "progress":
             job.tracker.update(ProgressEvent.model_validate(msg["event"]))
@@ -292,7 +291,7 @@ class DaskExecutor:
         await queue.started(job, f"Dask worker {worker}, {msg['gpu']}")
 
     @staticmethod
-    def _lose(job: Job, queue: JobQueue, seen: _Attempts, worker: str) -> None:
+    def _lose(job: Job, queue: JobReports, seen: _Attempts, worker: str) -> None:
         seen.lost.append(worker)
         seen.lost_at = anyio.current_time()
         seen.notes.append(f"worker {worker} was lost mid-job")
@@ -300,7 +299,7 @@ class DaskExecutor:
         log.warning("job %s: worker %s was lost", job.result_id, worker)
 
     async def _follow(
-        self, job: Job, queue: JobQueue, seen: _Attempts, future: Any, cancel_flag: Any
+        self, job: Job, queue: JobReports, seen: _Attempts, future: Any, cancel_flag: Any
     ) -> dict[str, Any] | str:
         """The task's answer, or why there is none: 'cancelled', 'lost', 'no_worker',
         'error: ...' (the task raised: a worker without nspy-mcp, say)."""
@@ -337,7 +336,7 @@ class DaskExecutor:
         await self._client.cancel(future)
         return "cancelled"
 
-    async def _check_workers(self, job: Job, queue: JobQueue, seen: _Attempts) -> str | None:
+    async def _check_workers(self, job: Job, queue: JobReports, seen: _Attempts) -> str | None:
         """'lost' after a second lost worker; 'no_worker' when none with a GPU is left."""
         workers = await self._workers()
         current = seen.worker

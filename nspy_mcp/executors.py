@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -32,19 +32,12 @@ from nsight_core.processes.standby import (
     prestart_enabled,
     standby_enabled,
 )
+from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
-from nsight_core.stages import preflight_request, run_job
-from nspy_mcp.progress import ProgressTracker
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no cross-process device lock
-    fcntl = None  # type: ignore[assignment]
+from nsight_core.stages import StageUpdate, preflight_request, run_job
 from nspy_mcp.devices import DeviceLocks, GpuSlot, _account, resolve_device, with_gpu
-
-if TYPE_CHECKING:
-    from nspy_mcp.jobs import JobQueue
+from nspy_mcp.progress import ProgressTracker
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +87,19 @@ class Job:
             await self._changed.wait()
 
 
+class JobReports(Protocol):
+    """What an executor tells the queue (jobs.py's `JobQueue`) of a job it runs: the queue
+    sits after the executors and is never imported by them."""
+
+    async def started(self, job: Job, where: str) -> None: ...
+
+    def note(self, job: Job, message: str) -> None: ...
+
+    def stage(self, job: Job, update: StageUpdate) -> None: ...
+
+    def progress(self, job: Job, ev: ProgressEvent) -> None: ...
+
+
 class Executor(Protocol):
     """Where jobs run: this host's GPUs (`LocalExecutor`) or a Dask cluster
     (`nspy_mcp.cluster.DaskExecutor`). The queue keeps the store, waiting and cancelling."""
@@ -102,7 +108,7 @@ class Executor(Protocol):
         """Refuse what cannot run (NsightCoreError); the GPU the request names, if any."""
         ...
 
-    async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
+    async def run(self, job: Job, queue: JobReports) -> ProfileResult | None:
         """Run the job to its end: its result, or None if cancelled before it started.
 
         Calls `queue.started` once it runs and `queue.progress` with engine events; a
@@ -191,7 +197,7 @@ class LocalExecutor:
         )
         return resolve_device(request.device, await self.locks.slots())
 
-    async def run(self, job: Job, queue: JobQueue) -> ProfileResult | None:
+    async def run(self, job: Job, queue: JobReports) -> ProfileResult | None:
         async with contextlib.AsyncExitStack() as stack:
             # Only the wait for the device is cancelled through `queue_scope`; a started
             # job is stopped through its cancel event, so the engine can kill its group.
@@ -206,7 +212,7 @@ class LocalExecutor:
             return with_gpu(await self._call_engine(job, queue, slot), slot)
         raise AssertionError("unreachable")  # pragma: no cover - mypy: the stack may swallow
 
-    async def _call_engine(self, job: Job, queue: JobQueue, slot: GpuSlot) -> ProfileResult:
+    async def _call_engine(self, job: Job, queue: JobReports, slot: GpuSlot) -> ProfileResult:
         def engine() -> ProfileResult:
             try:
                 since = time.monotonic()
