@@ -1,0 +1,143 @@
+"""The environment report `check_environment` answers with, as pydantic models, one per section.
+
+The models are the contract read by the server, the CLI and the demo; they live apart from
+the code that fills them so a reader of a report (a cached one, or one sent over the wire)
+does not need the probing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuProcess(_Model):
+    pid: int = Field(description="Process id of a process holding a context on this GPU.")
+    used_memory_mib: int | None = Field(None, description="GPU memory it uses, MiB, if known.")
+    name: str | None = Field(None, description="Process name, when readable by this user.")
+
+
+class GpuInfo(_Model):
+    index: int = Field(description="NVML / nvidia-smi index.")
+    name: str = Field(description="Product name, e.g. 'NVIDIA H200'.")
+    uuid: str | None = Field(None, description="GPU UUID.")
+    compute_capability: str | None = Field(None, description="e.g. '9.0'.")
+    chip: str | None = Field(None, description="ncu chip name inferred from it, e.g. 'gh100'.")
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    sm_clock_mhz: int | None = Field(None, description="Current SM clock.")
+    mem_clock_mhz: int | None = Field(None, description="Current memory clock.")
+    temperature_c: int | None = None
+    processes: list[GpuProcess] = Field(
+        default_factory=list, description="Compute processes on this GPU now (a busy GPU is noisy)."
+    )
+    busy: bool = Field(
+        False,
+        description="Other processes use this GPU (see processes): timings there are noisier, "
+        "and the job queue prefers an idle GPU.",
+    )
+
+
+class NcuInstall(_Model):
+    path: str = Field(description="Absolute path of this ncu.")
+    source: Literal["NSPY_NCU", "PATH"] = Field(description="Where it was found.")
+    version: str | None = Field(None, description="From `ncu --version`, e.g. '2025.3.1.0'.")
+    error: str | None = Field(None, description="Why the version could not be read.")
+    used: bool = Field(
+        description="True for the one nsight_core runs: the NSPY_NCU one when set, else the "
+        "first on PATH; none when NSPY_NCU is set but does not resolve (see ncu_problem)."
+    )
+    launch_mode_ok: bool = Field(description="Version >= 2022.4: usable in launch mode.")
+    attach_mode_ok: bool = Field(description="Version >= 2026.2.1: usable in attach mode.")
+
+
+class PackageStatus(_Model):
+    name: str = Field(description="Distribution name.")
+    installed: bool
+    version: str | None = None
+    compatible: bool | None = Field(
+        None, description="Fits this ncu / driver; null when that cannot be told here."
+    )
+    note: str = Field("", description="Why it is or is not compatible.")
+
+
+class CounterAccess(_Model):
+    rm_profiling_admin_only: int | None = Field(
+        None,
+        description="RmProfilingAdminOnly from /proc/driver/nvidia/params (1: counters are "
+        "for administrators only); null when unreadable.",
+    )
+    is_admin: bool = Field(description="This process runs as root.")
+    deep_test: Literal["not_run", "passed", "permission_denied", "failed", "skipped"] = Field(
+        "not_run", description="Outcome of the one-kernel ncu test (deep=True)."
+    )
+    detail: str = Field("", description="What the test or the params file showed.")
+
+
+class FrameworkStatus(_Model):
+    name: Literal["torch", "triton", "cupy", "numpy"]
+    installed: bool
+    version: str | None = None
+
+
+class BackendStatus(_Model):
+    name: Literal["ncu", "cupti", "events"]
+    available: bool
+    reason: str = Field(description="Why it works, or what is missing.")
+
+
+class SandboxStatus(_Model):
+    """Which process controls jobs run under here (docs/sandbox.md)."""
+
+    parent_death: str = Field(description="How a job dies with the server.")
+    descendants: str = Field(
+        description="How processes that left the job's group (setsid) are found at its end."
+    )
+    memory_limit_bytes: int = Field(description="Default resident-memory limit of a job; 0: none.")
+    memory_limit_source: str = Field(
+        description="Where the limit comes from (NSPY_MCP_JOB_MEMORY)."
+    )
+    landlock_abi: int = Field(
+        description="Landlock ABI of the kernel; 0: no file system allow-list possible."
+    )
+    server_protected: bool = Field(
+        description="Whether this process's /proc environ is closed to same-user processes."
+    )
+
+
+class EnvironmentReport(_Model):
+    host: str
+    platform: str = Field(description="OS and machine, e.g. 'Linux-6.8-x86_64'.")
+    python: str = Field(description="Python version and executable.")
+    probed_at: float = Field(description="Unix time of the probe (cached reports keep it).")
+    deep: bool = Field(description="Whether the one-kernel ncu test was attempted.")
+    driver_version: str | None = Field(None, description="NVIDIA driver, e.g. '580.159.04'.")
+    cuda_driver_version: str | None = Field(None, description="CUDA the driver supports: '13.0'.")
+    gpu_source: Literal["nvml", "nvidia-smi", "none"]
+    gpus: list[GpuInfo]
+    gpu_error: str | None = Field(None, description="Why no GPU could be listed.")
+    ncu: list[NcuInstall] = Field(description="Every ncu found; the used one first.")
+    ncu_used: str | None = Field(None, description="Path of the ncu nsight_core runs.")
+    ncu_problem: str | None = Field(
+        None,
+        description="Why no ncu is used (e.g. NSPY_NCU set to a path that does not exist); "
+        "the pipeline refuses ncu jobs with the same words.",
+    )
+    ncu_report: PackageStatus
+    cupti_python: PackageStatus
+    counters: CounterAccess
+    frameworks: list[FrameworkStatus]
+    backends: list[BackendStatus]
+    remediation: list[str] = Field(description="What to do about each problem found.")
+    sandbox: SandboxStatus | None = Field(
+        None, description="Process controls in force for jobs (always set by a fresh probe)."
+    )
+
+    def backend(self, name: str) -> BackendStatus:
+        """The status of one backend."""
+        return next(b for b in self.backends if b.name == name)
