@@ -1,39 +1,30 @@
-"""From attributed kernel records to per-run values, then to `Row`s and `Comparison`s.
+"""From per-run values to `Row`s and `Comparison`s: the statistics over runs.
 
 Two stages, each with a typed product:
 
-1. `reduce_runs`: per (run, metric) one value. Kernels are grouped by their `RunKey`
-   (identity from the NVTX range, never position), ignore globs drop helper kernels (and
-   the dropped names are kept), counts are checked per run, and several kernels of one call
-   are folded by a named reducer chosen per metric.
-2. `aggregate_rows`, `compare_to_reference`, `normalize_rows`: statistics over runs, grouped
-   by (annotation, config_id, metric).
+1. `reduce_runs` (`rows.run_values`): per (run, metric) one value. Kernels are grouped by
+   their `RunKey` (identity from the NVTX range, never position), ignore globs drop helper
+   kernels (and the dropped names are kept), counts are checked per run, and several
+   kernels of one call are folded by a named reducer chosen per metric.
+2. `aggregate_rows`, `compare_to_reference`, `normalize_rows` (here): statistics over runs,
+   grouped by (annotation, config_id, metric).
 
 Statistics (Student t, intervals, paired ratios) live in `stats.py`, which explains why
 intervals use t and comparisons use per-run pairs. Every statistic is computed from finite
 values only: a failed run is null in `RawValues`, leaves `NumRuns`, and is named in
-`Reasons`, so no NaN ever reaches JSON.
-
-Size: about 560 lines, over the usual 500, on purpose: reduction, rows, comparisons and
-normalisation all work on the same `RunValue` cells and share their private failure
-bookkeeping (`_failure_summary`, `_no_baseline_reason`); the arithmetic is in `stats.py`.
+`Reasons`, so no NaN ever reaches JSON. ``__all__`` keeps the names callers import from
+here, stage 1's included.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import functools
-import math
-import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.protocol import RunKey
-from nsight_core.request import KernelsSpec, Reducer
-from nsight_core.results import Comparison, EvidenceKind, Failure, Row, TrustLevel
+from nsight_core.results import Comparison, EvidenceKind, Row, TrustLevel
+from nsight_core.rows.run_values import GroupKey, RunValue, RunValues, reduce_runs
 from nsight_core.rows.stats import (
     CI_LEVEL,
     MIN_RUNS_FOR_CI,
@@ -43,256 +34,24 @@ from nsight_core.rows.stats import (
     summarize,
 )
 
+__all__ = [
+    "STABLE_RSD_PCT",
+    "GroupKey",
+    "RowContext",
+    "RunValue",
+    "RunValues",
+    "aggregate_rows",
+    "compare_to_reference",
+    "lower_is_better",
+    "normalize_rows",
+    "reduce_runs",
+]
+
 STABLE_RSD_PCT = 2.0
 """StableMeasurement threshold, kept from Nsight Python (reference §C.7) so the vocabulary of
 its agent guide holds. It is a convention, not a derived bound; above it a row is 'noisy'."""
 
-MAX_ERROR_RUNS_LISTED = 8
-"""Long count tables are cut here; the failure's message says how many were left out."""
-
 _TIME_UNITS = frozenset({*NS_PER_UNIT, "cycle", "cycles"})
-
-# --- stage 1: per-run values ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunValue:
-    """One run's value of one metric, after ignoring, counting and reducing its kernels."""
-
-    key: RunKey
-    metric: str
-    value: float | None
-    unit: str
-    kernels: tuple[str, ...] = ()
-    """Kernel names of the run in launch order, after the ignore globs."""
-    ignored: tuple[str, ...] = ()
-    """Kernel names the ignore globs dropped from this run."""
-    error_class: ErrorClass | None = None
-    error: str | None = None
-
-    @property
-    def kernel(self) -> str | None:
-        return "|".join(self.kernels) if self.kernels else None
-
-
-GroupKey = tuple[str, int, str]
-"""(annotation, config_id, metric): the unit every statistic is computed over."""
-
-
-@dataclass(frozen=True)
-class RunValues:
-    """Per-run values for every expected run and metric, plus the failures found on the way."""
-
-    values: Mapping[tuple[RunKey, str], RunValue]
-    expected_keys: tuple[RunKey, ...]
-    metrics: tuple[str, ...]
-    failures: tuple[Failure, ...] = ()
-    """Failures found by reduction: count mismatch, no kernels, reducer 'none' with > 1 kernel."""
-    unexpected_keys: tuple[RunKey, ...] = ()
-    """Runs that kernels were attributed to but nobody asked for (a protocol violation)."""
-
-    def groups(self) -> dict[GroupKey, list[RunValue]]:
-        """Values by (annotation, config_id, metric), runs ascending; first-appearance order."""
-        out: dict[GroupKey, list[RunValue]] = {}
-        for key in self.expected_keys:
-            for metric in self.metrics:
-                out.setdefault((key.annotation, key.config_id, metric), [])
-        for (key, metric), value in self.values.items():
-            out.setdefault((key.annotation, key.config_id, metric), []).append(value)
-        for cells in out.values():
-            cells.sort(key=lambda v: v.key.run)
-        return out
-
-    def get(self, key: RunKey, metric: str) -> RunValue | None:
-        return self.values.get((key, metric))
-
-
-def _failure_for(key: RunKey, failures: Sequence[Failure]) -> Failure | None:
-    for f in failures:
-        if f.Annotation not in (None, key.annotation):
-            continue
-        if f.ConfigId not in (None, key.config_id) or f.Run not in (None, key.run):
-            continue
-        return f
-    return None
-
-
-def _reduce(reducer: Reducer, values: Sequence[float]) -> float:
-    if reducer in ("none", "first"):
-        return values[0]
-    if reducer == "last":
-        return values[-1]
-    if reducer == "sum":
-        return math.fsum(values)
-    if reducer == "max":
-        return max(values)
-    if reducer == "min":
-        return min(values)
-    return statistics.fmean(values)
-
-
-def _count_table(runs: Mapping[RunKey, tuple[str, ...]]) -> str:
-    parts = [
-        f"run {k.run}: {len(names)} [{', '.join(names) or '-'}]"
-        for k, names in sorted(runs.items())[:MAX_ERROR_RUNS_LISTED]
-    ]
-    if len(runs) > MAX_ERROR_RUNS_LISTED:
-        parts.append(f"... {len(runs) - MAX_ERROR_RUNS_LISTED} more runs")
-    return "; ".join(parts)
-
-
-@dataclass
-class _Run:
-    """Mutable working state of one run while reducing."""
-
-    key: RunKey
-    kept: list[KernelRecord] = field(default_factory=list)
-    kernels: tuple[str, ...] = ()
-    ignored: tuple[str, ...] = ()
-    failure: Failure | None = None
-
-
-def _split_ignored(key: RunKey, records: Sequence[KernelRecord], ignore: Sequence[str]) -> _Run:
-    run = _Run(key)
-    launches: dict[int, str] = {}
-    dropped: dict[int, str] = {}
-    for rec in sorted(records, key=lambda r: r.seq):
-        if any(fnmatch.fnmatchcase(rec.kernel, pattern) for pattern in ignore):
-            dropped[rec.seq] = rec.kernel
-        else:
-            launches[rec.seq] = rec.kernel
-            run.kept.append(rec)
-    run.kernels = tuple(launches.values())
-    run.ignored = tuple(dropped.values())
-    return run
-
-
-def _group_failure(annotation: str, config_id: int, runs: list[_Run]) -> Failure | None:
-    """Count check over the runs of one (annotation, config) that did not fail otherwise."""
-    live = {r.key: r.kernels for r in runs if r.failure is None}
-    if not live:
-        return None
-    counts = {len(names) for names in live.values()}
-    if counts == {0}:
-        return Failure(
-            Annotation=annotation,
-            ConfigId=config_id,
-            ErrorClass=ErrorClass.NO_KERNELS,
-            Error=f"{annotation} config {config_id}: no kernel was profiled in any run",
-            Hint="make sure the callable launches GPU work inside the call "
-            "(and that the ignore globs do not drop all of it)",
-        )
-    if len(counts) > 1:
-        return Failure(
-            Annotation=annotation,
-            ConfigId=config_id,
-            ErrorClass=ErrorClass.KERNEL_COUNT_MISMATCH,
-            Error=f"{annotation} config {config_id}: runs launched different numbers of kernels: "
-            + _count_table(live),
-            Hint="warm up autotuning and caches, ignore helper kernels with kernels.ignore, "
-            "or make the call launch the same kernels every time",
-        )
-    return None
-
-
-def _run_value(
-    run: _Run, metric: str, reducer: Reducer | Callable[[float, float], float]
-) -> RunValue:
-    base = RunValue(run.key, metric, None, "", run.kernels, run.ignored)
-    if run.failure is not None:
-        return _with_error(base, run.failure.ErrorClass, run.failure.Error)
-    recs = [r for r in run.kept if r.metric == metric]
-    unit = next((r.unit for r in recs if r.unit), "")
-    base = RunValue(run.key, metric, None, unit, run.kernels, run.ignored)
-    if not callable(reducer) and reducer == "none" and len(recs) > 1:
-        return _with_error(
-            base,
-            ErrorClass.KERNEL_COUNT_MISMATCH,
-            f"{run.key.annotation} config {run.key.config_id} run {run.key.run} launched "
-            f"{len(recs)} kernels [{', '.join(run.kernels)}] but combine is 'none' for {metric}; "
-            "set kernels.combine (e.g. 'sum' for times), ignore helper kernels, "
-            "or use replay_mode 'range'",
-        )
-    missing = [r.kernel for r in recs if r.value is None or not math.isfinite(r.value)]
-    if missing or not recs:
-        return _with_error(
-            base,
-            ErrorClass.PROFILER_ERROR,
-            f"the report has no numeric {metric} for kernel(s) {', '.join(missing) or '-'} "
-            f"of {run.key.range_name()}",
-        )
-    values = [r.value for r in recs if r.value is not None]
-    if callable(reducer):
-        try:
-            folded = float(functools.reduce(reducer, values))
-        except Exception as exc:
-            return _with_error(
-                base,
-                ErrorClass.RUNTIME_ERROR,
-                f"combine_kernel_metrics raised on {metric} of {run.key.range_name()}: "
-                f"{type(exc).__name__}: {exc}",
-            )
-        return RunValue(run.key, metric, folded, unit, run.kernels, run.ignored)
-    return RunValue(run.key, metric, _reduce(reducer, values), unit, run.kernels, run.ignored)
-
-
-def _with_error(v: RunValue, error_class: ErrorClass, message: str) -> RunValue:
-    return RunValue(v.key, v.metric, None, v.unit, v.kernels, v.ignored, error_class, message)
-
-
-def reduce_runs(
-    records: Iterable[KernelRecord],
-    expected_keys: Sequence[RunKey],
-    metrics: Sequence[str],
-    kernels: KernelsSpec,
-    *,
-    failures: Sequence[Failure] = (),
-    combine_fn: Callable[[float, float], float] | None = None,
-) -> RunValues:
-    """One value per expected run and metric.
-
-    ``failures`` are runs already known to have failed (the worker's failure events); they
-    get their error instead of a value and are left out of the count check. A failure with
-    Run (or ConfigId) None covers every run (or config) of its annotation.
-    """
-    by_key: dict[RunKey, list[KernelRecord]] = {}
-    for rec in records:
-        by_key.setdefault(rec.key, []).append(rec)
-    expected = list(dict.fromkeys(expected_keys))
-    runs = {k: _split_ignored(k, by_key.get(k, []), kernels.ignore) for k in expected}
-    for run in runs.values():
-        run.failure = _failure_for(run.key, failures)
-
-    found: list[Failure] = []
-    by_group: dict[tuple[str, int], list[_Run]] = {}
-    for run in runs.values():
-        by_group.setdefault((run.key.annotation, run.key.config_id), []).append(run)
-    for (annotation, config_id), group in by_group.items():
-        failure = _group_failure(annotation, config_id, group)
-        if failure is None:
-            continue
-        found.append(failure)
-        for run in group:
-            run.failure = run.failure or failure
-
-    values = {
-        (k, m): _run_value(runs[k], m, combine_fn or kernels.reducer_for(m))
-        for k in expected
-        for m in metrics
-    }
-    for v in values.values():
-        if v.error_class is not None and not any(f.Error == v.error for f in (*failures, *found)):
-            found.append(
-                Failure(
-                    Annotation=v.key.annotation,
-                    ConfigId=v.key.config_id,
-                    Run=v.key.run,
-                    ErrorClass=v.error_class,
-                    Error=v.error or "",
-                )
-            )
-    unexpected = tuple(sorted(k for k in by_key if k not in runs))
-    return RunValues(values, tuple(expected), tuple(metrics), tuple(found), unexpected)
 
 
 # --- stage 2: rows ----------------------------------------------------------------------

@@ -22,13 +22,6 @@ from nsight_core.rows.aggregate import RowContext, aggregate_rows, reduce_runs
 from nsight_core.rows.diagnose import (
     DIAGNOSE_METRICS,
     DIAGNOSE_SECTIONS,
-    DRAM_BYTES,
-    DRAM_CLOCK,
-    DRAM_PEAK_PER_CYCLE,
-    FLOOR_FRACTION,
-    MEM_PCT,
-    SM_PCT,
-    TENSOR_PCT,
     Floor,
     GroupInputs,
     Peak,
@@ -41,10 +34,19 @@ from nsight_core.rows.diagnose import (
     fold_kernels,
     median_sol,
     nbytes_of,
-    rule_finding,
     table_peak,
 )
+from nsight_core.rows.floor import FLOOR_FRACTION
+from nsight_core.rows.ncu_rules import rule_finding
 from nsight_core.rows.runs import read_events
+from nsight_core.rows.speed_of_light import (
+    DRAM_BYTES,
+    DRAM_CLOCK,
+    DRAM_PEAK_PER_CYCLE,
+    MEM_PCT,
+    SM_PCT,
+    TENSOR_PCT,
+)
 from nsight_core.settings import JobSettings
 
 H200_PEAK = 4.8e12
