@@ -25,13 +25,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass
-from nsight_core.request import KernelsSpec, ProfileRequest
+from nsight_core.request import ProfileRequest
 from nsight_core.runtime.files import CONTESTANT_SOCKET as CONTESTANT_SOCKET
 from nsight_core.runtime.files import MAX_REPLY_BYTES as MAX_REPLY_BYTES
 from nsight_core.runtime.files import READY_LINE as READY_LINE
 from nsight_core.runtime.files import STDERR_FILE as STDERR_FILE
 from nsight_core.runtime.files import STDOUT_FILE as STDOUT_FILE
-from nsight_core.settings import JobSettings
 
 NVTX_DOMAIN = "nspy"
 """Our own NVTX domain; ncu is run with ``--nvtx --nvtx-include regex:nspy@.+``."""
@@ -102,6 +101,20 @@ class FunctionJob(_Msg):
     ignore_failures: bool = False
 
 
+class LaunchSpec(_Msg):
+    """What shapes a contestant's command line (the backend and ncu's flags) and its judge's
+    slots: all a judge must know before its job. A pre-started judge takes only a job whose
+    spec is equal (standby.py), and the backend wraps the contestant from it."""
+
+    backend: str
+    metrics: list[str]
+    cache_control: str = "all"
+    clock_control: str = "none"
+    replay_mode: str = "kernel"
+    diagnose: bool = False
+    cuda_ipc: bool = True
+
+
 class JobSpec(_Msg):
     """What a job's processes read from ``JOB_DIR/job.json``."""
 
@@ -117,9 +130,12 @@ class JobSpec(_Msg):
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
     child_timer: Literal["range", "clock", "cupti"] = "range"
     confine: Literal["on", "off"] = "off"
-    """Confine the contestant's file access (decided by the pipeline, see pipeline.py)."""
-    cuda_ipc: bool = True
-    """Share CUDA arrays by IPC (else through host memory; see exchange.py)."""
+    """Confine the contestant's file access (decided by the job's plan: plan/job_plan.py)."""
+    launch: LaunchSpec | None = None
+    """A request job's contestant command settings, as its plan resolved them."""
+    time_limit_s: float = Field(600.0, gt=0)
+    """The contestant's limit, as the plan resolved it (the judge arms it; the server gives
+    the judge this plus a grace to report how the contestant ended)."""
 
     def write(self, job_dir: Path) -> Path:
         path = job_dir / JOB_FILE
@@ -236,7 +252,7 @@ class DoneEvent(_Msg):
 READY_FILE = "ready"
 """Made in a pre-started judge's directory once judge and contestant are both started."""
 STANDBY_FILE = "standby.json"
-"""A pre-started judge's `StandbySpec`, in the directory it is started with."""
+"""A pre-started judge's `LaunchSpec`, in the directory it is started with."""
 STANDBY_SOCKET = "handover.sock"
 """Where a pre-started judge listens for the one job directory it will take."""
 RELEASE_FD_ENV = "NSPY_RELEASE_FD"
@@ -326,45 +342,6 @@ class ContestantJob(_Msg):
     directory, the slots and what Python and CUDA need; the store stays out of reach."""
     read_dirs: list[str] = Field(default_factory=list)
     write_dirs: list[str] = Field(default_factory=list)
-
-
-class StandbySpec(_Msg):
-    """What a judge must know before its job: what shapes its contestant's command line (ncu's
-    flags) and its slots. A pre-started judge takes only a job whose spec is equal."""
-
-    backend: str
-    metrics: list[str]
-    cache_control: str
-    clock_control: str
-    replay_mode: str
-    diagnose: bool
-    cuda_ipc: bool
-
-    @classmethod
-    def of_job(cls, job: JobSpec) -> StandbySpec:
-        req = job.request
-        if req is None:
-            raise ValueError("a standby spec is made from a request job")
-        return cls(
-            backend=job.backend,
-            metrics=list(req.metrics),
-            cache_control=req.cache_control,
-            clock_control=req.clock_control,
-            replay_mode=req.kernels.replay_mode,
-            diagnose=req.diagnose,
-            cuda_ipc=job.cuda_ipc,
-        )
-
-    def settings(self) -> JobSettings:
-        """The settings the contestant's command is built from (the job's own come later)."""
-        return JobSettings(
-            backend=self.backend,
-            metrics=tuple(self.metrics),
-            cache_control=self.cache_control,
-            clock_control=self.clock_control,
-            kernels=KernelsSpec(replay_mode=self.replay_mode),
-            diagnose=self.diagnose,
-        )
 
 
 class CallMsg(_Msg):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nsight_core.protocol import LaunchSpec
 from nsight_core.request import KernelsSpec, ProfileRequest
 
 
@@ -37,6 +38,19 @@ class JobSettings:
     @property
     def replay_mode(self) -> str:
         return self.kernels.replay_mode
+
+    def launch(self, *, cuda_ipc: bool = True) -> LaunchSpec:
+        """What of these settings shapes the contestant's command (the backend wraps it from
+        this alone, so a judge can start its contestant before its job is known)."""
+        return LaunchSpec(
+            backend=self.backend,
+            metrics=list(self.metrics),
+            cache_control=self.cache_control,
+            clock_control=self.clock_control,
+            replay_mode=self.replay_mode,
+            diagnose=self.diagnose,
+            cuda_ipc=cuda_ipc,
+        )
 
     @classmethod
     def of_request(cls, request: ProfileRequest) -> JobSettings:

@@ -44,6 +44,7 @@ from pathlib import Path
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import preflight, run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import KernelsSpec, ProfileRequest
 from nsight_core.results import (
@@ -298,6 +299,7 @@ def run_job(
     gpu: str | None = None,
     final_backend: str | None = None,
     standby: StandbyPool | None = None,
+    config: EngineConfig | None = None,
 ) -> ProfileResult:
     """One request, staged or not: what the job queue and cluster workers call."""
     if request.stages is None:
@@ -309,6 +311,7 @@ def run_job(
             cancel=cancel,
             gpu=gpu,
             standby=standby,
+            config=config,
         )
     return run_staged(
         request,
@@ -320,6 +323,7 @@ def run_job(
         gpu=gpu,
         final_backend=final_backend,
         standby=standby,
+        config=config,
     )
 
 
@@ -357,6 +361,7 @@ def run_staged(
     final_backend: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     standby: StandbyPool | None = None,
+    config: EngineConfig | None = None,
 ) -> ProfileResult:
     """Screen every candidate, then profile the best `top_k`; never raises for job failures.
 
@@ -398,6 +403,7 @@ def run_staged(
         cancel=cancel,
         gpu=gpu,
         standby=standby,
+        config=config,
     )
     screen_wall = clock() - t_screen
     screen = _tagged(screen, "screen")
@@ -445,6 +451,7 @@ def run_staged(
             cancel=cancel,
             gpu=gpu,
             standby=standby,
+            config=config,
         )
         final_result = _tagged(final_result, "profile")
         status = _stage_status(final_result, budget.bound(limit))

@@ -43,6 +43,7 @@ import anyio.to_thread
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import check_named_files
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
@@ -152,6 +153,7 @@ def run_on_worker(payload: dict[str, Any]) -> dict[str, Any]:
             on_progress=progress,
             cancel=cancel,
             gpu=slot.visible,
+            config=EngineConfig.from_env(),  # this worker's host decides (its Landlock, IPC)
         )
         result = with_gpu(result, slot)
         files, left = _collect_files(job_dir)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from nsight_core.errors import NsightCoreError
 from nsight_core.host.catalog import MetricsValidation, validate_metrics
 from nsight_core.host.probe import EnvironmentReport, PackageStatus, probe_environment
+from nsight_core.plan.config import EngineConfig
 
 
 def _w(line: str = "") -> None:
@@ -76,7 +77,8 @@ def format_environment(r: EnvironmentReport) -> str:
 
 
 def run_env(*, deep: bool, refresh: bool, as_json: bool) -> int:
-    report = probe_environment(deep=deep, refresh=refresh)
+    setting = EngineConfig.from_env().job_memory
+    report = probe_environment(deep=deep, refresh=refresh, memory_setting=setting)
     _w(report.model_dump_json(indent=2) if as_json else format_environment(report))
     return 0
 

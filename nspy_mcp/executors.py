@@ -24,14 +24,10 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from nsight_core.pipeline import job_env
-from nsight_core.processes.standby import (
-    StandbyKey,
-    StandbyMemory,
-    StandbyPool,
-    prestart_enabled,
-    standby_enabled,
-)
+from nsight_core.plan.config import EngineConfig
+from nsight_core.plan.job_plan import job_env
+from nsight_core.processes.sandbox import default_memory_limit
+from nsight_core.processes.standby import StandbyKey, StandbyMemory, StandbyPool
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -129,8 +125,11 @@ class LocalExecutor:
         *,
         final_backend: str | None = None,
         memory: StandbyMemory | None = None,
+        config: EngineConfig | None = None,
     ) -> None:
         self.locks = locks
+        self.config = config or EngineConfig()
+        """The engine's settings, read once by the server (plan/config.py)."""
         self.final_backend = final_backend
         """Backend of a staged request's profile stage instead of the request's (ncu): for
         tests on hosts without ncu."""
@@ -146,23 +145,25 @@ class LocalExecutor:
 
     def standby(self, slot: GpuSlot) -> StandbyPool | None:
         """The slot's pool of pre-started judges (nsight_core/processes/standby.py); None when they are
-        turned off (NSPY_MCP_STANDBY=0) or the server is shutting down."""
-        if not standby_enabled():
+        turned off (`EngineConfig.standby`) or the server is shutting down."""
+        if not self.config.standby:
             return None
         with self._pools_lock:
             if self._closed:
                 return None
             pool = self._pools.get(slot.key)
             if pool is None:
-                pool = self._pools[slot.key] = StandbyPool(memory=self.memory, slot=slot.key)
+                pool = self._pools[slot.key] = StandbyPool(
+                    self.config.standby_idle_s, memory=self.memory, slot=slot.key
+                )
             return pool
 
     def begin_prestart(self) -> None:
         """Start, on a thread, the standbys an earlier server on this store left settings
-        for (once per executor; NSPY_MCP_STANDBY_AT_START=0 turns it off). Jobs wait for that
+        for (once per executor; `EngineConfig.standby_at_start` off turns it off). Jobs wait for that
         thread (`PRESTART_WAIT_S` at most), so no job is measured while it starts them."""
         with self._pools_lock:
-            if self._prestarted or self.memory is None or not prestart_enabled():
+            if self._prestarted or self.memory is None or not self.config.prestart:
                 return
             self._prestarted = True
             self._prestart_done.clear()
@@ -177,7 +178,8 @@ class LocalExecutor:
                 pool = self.standby(slot) if specs else None
                 if pool is not None:
                     env = job_env(slot.visible)
-                    pool.prestart([StandbyKey.of(spec, env) for spec in specs])
+                    memory = default_memory_limit(self.config.job_memory)
+                    pool.prestart([StandbyKey.of(spec, env, memory) for spec in specs])
         except Exception:
             log.exception("starting the remembered standbys failed; jobs start cold")
         finally:
@@ -228,6 +230,7 @@ class LocalExecutor:
                     gpu=slot.visible,
                     final_backend=self.final_backend,
                     standby=self.standby(slot),
+                    config=self.config,
                 )
             finally:
                 job.thread_exited.set()

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core.errors import NsightCoreError
+from nsight_core.plan.config import EngineConfig
 from nsight_core.results import Comparison, Diagnosis, ProfileResult
-from nsight_core.store.result_store import CorruptResultError, ResultStore
+from nsight_core.store.result_store import CorruptResultError, ResultStore, default_store_root
 
 
 def _label(params: dict[str, Any]) -> str:
@@ -158,7 +159,8 @@ def run_plot(result_id: str, *, output: str | None, store: str | None) -> int:
         )
         return 2
     try:
-        result = ResultStore(store).load(result_id)
+        root = store if store is not None else default_store_root(EngineConfig.from_env())
+        result = ResultStore(root).load(result_id)
         path = draw_speedups(result, Path(output or f"{result_id}.png"))
     except NsightCoreError as err:
         sys.stderr.write(f"nspy-mcp plot: {err.error_class.value}: {err}\n")

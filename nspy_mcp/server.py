@@ -34,6 +34,7 @@ from nsight_core.errors import NsightCoreError
 from nsight_core.host.catalog import MetricsValidation, warm_metric_check
 from nsight_core.host.catalog import validate_metrics as catalog_validate_metrics
 from nsight_core.host.probe import EnvironmentReport, probe_environment
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.sandbox import protect_this_process
 from nsight_core.processes.standby import MEMORY_FILE, StandbyMemory
 from nsight_core.request import ProfileRequest
@@ -44,6 +45,7 @@ from nsight_core.store.result_store import (
     ResultFilter,
     ResultStore,
     Retention,
+    default_store_root,
     validate_result_id,
 )
 from nspy_mcp.answers import (
@@ -98,10 +100,12 @@ touched, and cancelling twice is the same as once."""
 
 @dataclass
 class AppState:
-    """What the lifespan yields: the store and this connection's job queue."""
+    """What the lifespan yields: the store, this connection's job queue and the engine's
+    settings (read once when the server was built)."""
 
     store: ResultStore
     jobs: JobQueue
+    config: EngineConfig
 
 
 def _state(ctx: Context[AppState, Any]) -> AppState:
@@ -139,6 +143,7 @@ async def check_environment(
             description="Ignore the cached probe (after installing or changing things).",
         ),
     ] = False,
+    ctx: Context[AppState, Any] | None = None,
 ) -> EnvironmentReport:
     """Call this once per session, before profiling: what profiling can do on this machine.
 
@@ -152,7 +157,12 @@ async def check_environment(
     """
     try:
         return await anyio.to_thread.run_sync(
-            partial(probe_environment, deep=deep, refresh=refresh)
+            partial(
+                probe_environment,
+                deep=deep,
+                refresh=refresh,
+                memory_setting=_state(ctx).config.job_memory if ctx is not None else None,
+            )
         )
     except NsightCoreError as err:
         raise tool_error(err) from err
@@ -418,21 +428,30 @@ def build_server(
     executor: str | None = None,
     locks: DeviceLocks | None = None,
     final_stage_backend: str | None = None,
+    config: EngineConfig | None = None,
 ) -> MCPServer[AppState]:
     """The nspy-mcp server on the result store at `store` (default: see docs/results.md).
 
     `executor`: 'local' (this host's GPUs, `locks`) or 'dask://HOST:PORT' (docs/cluster.md);
     default $NSPY_MCP_EXECUTOR, else local. `final_stage_backend` replaces a staged
     request's profile-stage backend (ncu) on the local executor: for tests without ncu.
+    `config`: the engine's settings; default: read once, now, from this process's environment.
     """
+    config = config or EngineConfig.from_env()
     result_store = (
-        store if isinstance(store, ResultStore) else ResultStore(store, retention=retention)
+        store
+        if isinstance(store, ResultStore)
+        else ResultStore(
+            store if store is not None else default_store_root(config),
+            retention=retention or Retention.of_config(config),
+        )
     )
     scheduler = parse_executor(executor)
     local = LocalExecutor(
         locks or DeviceLocks(),
         final_backend=final_stage_backend,
         memory=StandbyMemory(result_store.root / MEMORY_FILE),
+        config=config,
     )
 
     @asynccontextmanager
@@ -449,7 +468,7 @@ def build_server(
             tg = await stack.enter_async_context(anyio.create_task_group())
             jobs = JobQueue(result_store, tg, runner)
             try:
-                yield AppState(store=result_store, jobs=jobs)
+                yield AppState(store=result_store, jobs=jobs, config=config)
             finally:
                 jobs.shutdown()
                 await anyio.to_thread.run_sync(local.close)

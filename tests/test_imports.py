@@ -9,6 +9,7 @@ dependency (the MCP SDK for the CLI's people commands) to the call that needs it
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,3 +192,22 @@ def test_the_engines_top_level_stays_small() -> None:
     """Modules live in folders that follow the flow; at most 12 are left at the top."""
     top = [p.name for p in (ROOT / "nsight_core").glob("*.py") if p.name != "__init__.py"]
     assert len(top) <= 12, sorted(top)
+
+
+def test_only_the_engine_config_reads_the_servers_settings() -> None:
+    """`nsight_core.plan.config` reads the ``NSPY_MCP_*`` settings once, for the server, the
+    CLI and the `@kernel` API to pass down: no other engine module names one in its code
+    (text that mentions one, a docstring or a message, is fine)."""
+    offenders = []
+    for path in sorted((ROOT / "nsight_core").rglob("*.py")):
+        if path.relative_to(ROOT).as_posix() == "nsight_core/plan/config.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.fullmatch(r"NSPY_MCP_[A-Z_]+", node.value)
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}")
+    assert offenders == [], "read it from EngineConfig (nsight_core/plan/config.py) instead"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.protocol import KernelTiming, RunKey, SampleEvent
+from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import EvidenceKind, Failure, Row
 from nsight_core.settings import JobSettings
@@ -97,7 +97,7 @@ class Backend(ABC):
         return list(settings.metrics) if self.any_metric else [self.default_metric]
 
     @abstractmethod
-    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
         """The command that runs ``argv`` measured by this backend (files go to out_dir)."""
 
     def tool_version(self) -> str | None:

@@ -51,7 +51,7 @@ from nsight_core.collectors.events import Device, sync_all
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.timers import CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.protocol import KernelTiming, RunKey, SampleEvent
+from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
 
@@ -660,7 +660,7 @@ class CuptiBackend(Backend):
             return []
         return call_samples(key, ns, kernels, settings.kernels.ignore)
 
-    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
         return Wrapped(list(argv))
 
     def read_records(

@@ -22,7 +22,7 @@ from typing import Any
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass
-from nsight_core.protocol import EVENTS_METRIC, RunKey, SampleEvent
+from nsight_core.protocol import EVENTS_METRIC, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure
 from nsight_core.settings import JobSettings
 
@@ -201,7 +201,7 @@ class EventsBackend(Backend):
     any_metric = False
     settings_apply = False
 
-    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
         return Wrapped(list(argv))
 
     def read_records(

@@ -25,7 +25,13 @@ from nsight_core.collectors.extract import extract_records
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
 from nsight_core.host.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
-from nsight_core.protocol import NCU_LOG_FILE, NCU_NVTX_INCLUDE, REPORT_FILE, SampleEvent
+from nsight_core.protocol import (
+    NCU_LOG_FILE,
+    NCU_NVTX_INCLUDE,
+    REPORT_FILE,
+    LaunchSpec,
+    SampleEvent,
+)
 from nsight_core.request import CACHE_CONTROLS as REQUEST_CACHE_CONTROLS
 from nsight_core.request import CLOCK_CONTROLS as REQUEST_CLOCK_CONTROLS
 from nsight_core.request import DEFAULT_METRIC
@@ -242,18 +248,18 @@ class NcuBackend(Backend):
         require_ncu()
         _refuse_invalid_metrics(settings.metrics)
 
-    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
         ncu = require_ncu()
         report, log = out_dir / REPORT_FILE, out_dir / NCU_LOG_FILE
-        # diagnose (issue 15): ncu also collects the speed-of-light metrics and rules; rows
-        # still come from settings.metrics only (read_records), the rest feeds diagnose.py.
+        # diagnose: ncu also collects the speed-of-light metrics and rules; rows still come
+        # from the requested metrics only (read_records), the rest feeds diagnose.py.
         command = build_ncu_command(
             ncu,
-            metrics=diagnose_metrics(settings.metrics) if settings.diagnose else settings.metrics,
-            sections=DIAGNOSE_SECTIONS if settings.diagnose else (),
-            cache_control=settings.cache_control,
-            clock_control=settings.clock_control,
-            replay_mode=settings.replay_mode,
+            metrics=diagnose_metrics(launch.metrics) if launch.diagnose else launch.metrics,
+            sections=DIAGNOSE_SECTIONS if launch.diagnose else (),
+            cache_control=launch.cache_control,
+            clock_control=launch.clock_control,
+            replay_mode=launch.replay_mode,
             report_path=report,
             log_path=log,
             target_argv=argv,

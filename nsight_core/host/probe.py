@@ -88,8 +88,8 @@ ADMIN_DOCS_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 _DRIVER_VERSION_FILE = Path("/sys/module/nvidia/version")
 
 
-def _sandbox_status() -> SandboxStatus:
-    m = sandbox_mechanisms()
+def _sandbox_status(memory_setting: str | None) -> SandboxStatus:
+    m = sandbox_mechanisms(memory_setting)
     return SandboxStatus(
         parent_death=m.parent_death,
         descendants=m.descendants,
@@ -267,17 +267,22 @@ _probe_lock = threading.Lock()
 a first request) waits for it and gets its report from the cache."""
 
 
-def probe_environment(*, deep: bool = False, refresh: bool = False) -> EnvironmentReport:
-    """Probe (or recall) what profiling can do here. ``deep`` adds a real one-kernel ncu run."""
+def probe_environment(
+    *, deep: bool = False, refresh: bool = False, memory_setting: str | None = None
+) -> EnvironmentReport:
+    """Probe (or recall) what profiling can do here. ``deep`` adds a real one-kernel ncu run;
+    ``memory_setting``: the configured job memory limit (`EngineConfig.job_memory`)."""
     with _probe_lock:
-        return _probe_environment(deep=deep, refresh=refresh)
+        return _probe_environment(deep=deep, refresh=refresh, memory_setting=memory_setting)
 
 
-def _probe_environment(*, deep: bool, refresh: bool) -> EnvironmentReport:
+def _probe_environment(
+    *, deep: bool, refresh: bool, memory_setting: str | None
+) -> EnvironmentReport:
     now = time.time()
     if not refresh and (hit := _cached(deep, now)) is not None:
         # Cheap and process-specific (memory limit, protection): never taken from a cache.
-        sandbox = _sandbox_status()
+        sandbox = _sandbox_status(memory_setting)
         if hit.sandbox == sandbox:
             return hit
         _memory_cache[cache_key(deep)] = fresh = hit.model_copy(update={"sandbox": sandbox})
@@ -338,7 +343,7 @@ def _probe_environment(*, deep: bool, refresh: bool) -> EnvironmentReport:
         frameworks=frameworks,
         backends=backends,
         remediation=fixes,
-        sandbox=_sandbox_status(),
+        sandbox=_sandbox_status(memory_setting),
     )
     key = cache_key(deep)
     _memory_cache[key] = report

@@ -76,6 +76,7 @@ from nsight_core.protocol import (
     FloorEvent,
     HelloMsg,
     JobSpec,
+    LaunchSpec,
     LoadMsg,
     Phase,
     PhaseEvent,
@@ -85,7 +86,6 @@ from nsight_core.protocol import (
     RunKey,
     SampleEvent,
     SlotSpec,
-    StandbySpec,
     SuspectEvent,
 )
 from nsight_core.request import ProfileRequest, named_files
@@ -177,7 +177,7 @@ class Judge:
     # -- start -----------------------------------------------------------------------------
     def send_job(self) -> None:
         """Arm the job's time limit and tell the waiting contestant what to import."""
-        self.seat.arm(max(self.req.time_limit_s, 1.0))
+        self.seat.arm(max(self.job.time_limit_s, 1.0))
         source = None
         if self.job.source_file:
             source = self._private / "inline_source.py"
@@ -689,7 +689,9 @@ def _read_job(job_dir: Path) -> JobSpec | str:
         job = JobSpec.model_validate_json((job_dir / JOB_FILE).read_text())
     except (OSError, ValidationError) as exc:
         return f"bad job file: {exc}"
-    return job if job.request is not None else "not a request job"
+    if job.request is None or job.launch is None:
+        return "not a request job (no request or no launch settings)"
+    return job
 
 
 def peer_pid(conn: socket.socket) -> int:
@@ -728,7 +730,7 @@ def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, JobSpec] |
                 if isinstance(job, str):
                     conn.sendall(f"no: {job}\n".encode())
                     return None
-                if StandbySpec.of_job(job) != seat.spec:
+                if job.launch != seat.spec:
                     conn.sendall(b"no: the job's settings differ from this judge's\n")
                     return None
                 conn.sendall(b"ok\n")
@@ -762,7 +764,7 @@ def main(
     listener: socket.socket | None = None
     if standby:
         try:
-            spec = StandbySpec.model_validate_json((home / STANDBY_FILE).read_text())
+            spec = LaunchSpec.model_validate_json((home / STANDBY_FILE).read_text())
         except (OSError, ValidationError) as exc:
             sys.stderr.write(f"nsight_core.judge.core: bad standby file: {exc}\n")
             return int(JobExit.BAD_JOB)
@@ -776,7 +778,8 @@ def main(
             if launched is not None:
                 launched.proc.cancel.set()
             return int(JobExit.BAD_JOB)
-        spec = StandbySpec.of_job(job_or_why)
+        assert job_or_why.launch is not None  # _read_job refuses a job without one
+        spec = job_or_why.launch
     seat = Seat(spec, home, prestarted=standby, launched=launched)
     # This process's start until its contestant was spawned.
     spawn_s = seat.started - time.monotonic() + process_age_s()

@@ -3,7 +3,7 @@
 A `Seat` is made before the judge knows its job: the contestant process is started
 (wrapped by the backend: under ncu for that backend) and imports the frameworks and creates
 its CUDA context while it waits for a `ContestantJob` on its socket. Only what shapes the
-contestant's command (`StandbySpec`) is needed that early, so a pre-started judge
+contestant's command (`LaunchSpec`) is needed that early, so a pre-started judge
 (standby.py) and a judge started for a known job go through the same steps; the job, its
 seed and its code come later, and the reference still runs before any candidate exists.
 
@@ -22,13 +22,12 @@ from pathlib import Path
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.processes.launch import Launched, LaunchPlan, launch, socket_home
-from nsight_core.protocol import JOB_ARTIFACTS, JUDGE_DIR, StandbySpec
+from nsight_core.protocol import JOB_ARTIFACTS, JUDGE_DIR, LaunchSpec
 from nsight_core.runtime.exchange import Arena
 from nsight_core.runtime.files import READY_LINE
-from nsight_core.settings import JobSettings
 
 
-def plan_launch(spec: StandbySpec, out_dir: Path, *, prestarted: bool = False) -> LaunchPlan:
+def plan_launch(spec: LaunchSpec, out_dir: Path, *, prestarted: bool = False) -> LaunchPlan:
     """The contestant's command for ``spec`` as its backend wraps it, in a fresh private
     directory; made by the server for a cold job (judge_boot.py starts it) or by the judge."""
     backend = get_backend(spec.backend)
@@ -37,7 +36,7 @@ def plan_launch(spec: StandbySpec, out_dir: Path, *, prestarted: bool = False) -
         sys.executable, "-P", "-m", "nsight_core.contestant",
         str(private), backend.child_timer, *(["--prestarted"] if prestarted else []),
     ]  # fmt: skip
-    wrapped = backend.wrap(argv, spec.settings(), out_dir)
+    wrapped = backend.wrap(argv, spec, out_dir)
     return LaunchPlan(
         argv=list(wrapped.argv),
         private=str(private),
@@ -48,11 +47,11 @@ def plan_launch(spec: StandbySpec, out_dir: Path, *, prestarted: bool = False) -
 
 
 class Seat:
-    """A contestant started for a `StandbySpec`, waiting for its job."""
+    """A contestant started for a `LaunchSpec`, waiting for its job."""
 
     def __init__(
         self,
-        spec: StandbySpec,
+        spec: LaunchSpec,
         out_dir: Path,
         *,
         prestarted: bool = False,
@@ -63,7 +62,6 @@ class Seat:
         self.spec = spec
         self.out_dir = out_dir
         self.backend: Backend = get_backend(spec.backend)
-        self.settings: JobSettings = spec.settings()
         if launched is None:
             launched = launch(plan_launch(spec, out_dir, prestarted=prestarted))
         plan = launched.plan

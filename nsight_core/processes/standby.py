@@ -5,23 +5,22 @@ also ncu's own start): about 2.5 s of a 5 s ncu job on the H200, paid again by e
 After a request job ends, the pool starts one judge with ``--standby``: it starts its
 contestant (wrapped by the backend exactly as the finished job's was) and both import
 their frameworks and create their CUDA contexts, then wait. The next job with the same
-`StandbySpec` and environment is handed to it over a socket; any other retires it.
+`LaunchSpec` and environment is handed to it over a socket; any other retires it.
 
 Nothing of a job exists in a standby before the handover: no seed, no request, no
 candidate code; the judge draws its seed and the contestant imports the reference (and
 only later the candidates) after it, as in a cold start. A pool keeps one standby per
 recent setting, two at most (a staged request uses two): each holds a CUDA context (GPU
-memory) while it waits, and is retired after `NSPY_MCP_STANDBY_IDLE_S` (default 600 s), when
+memory) while it waits, and is retired after its idle limit (`EngineConfig.standby_idle_s`), when
 a newer setting displaces it, or when the pool closes. A job starts only once every standby
-of its pool has finished starting, so no start-up overlaps a measurement.
-``NSPY_MCP_STANDBY=0`` turns the pool off (every job starts cold).
+of its pool has finished starting, so no start-up overlaps a measurement. The server makes
+no pool when `EngineConfig.standby` is off (every job starts cold).
 
 A pool with a `StandbyMemory` writes the settings of its standbys to the result store
 (``standby.json``), so a server started later on that store starts them again at once
 (`StandbyPool.prestart`): a restarted server's first request with those settings is handed
 to a pre-started pair too. Such a standby is speculative: a job that arrives while it still
-starts retires it and starts cold rather than waiting for it.
-``NSPY_MCP_STANDBY_AT_START=0`` turns this off.
+starts retires it and starts cold rather than waiting for it (`EngineConfig.standby_at_start`).
 
 A pre-started judge releases its job once the job's events are complete (exit code 0 on a
 pipe only it inherits): the result is handed on while the judge's process still ends, and
@@ -43,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nsight_core.plan.config import DEFAULT_IDLE_S, STANDBY_MARGIN_S
 from nsight_core.processes.launch import socket_home
 from nsight_core.processes.sandbox import (
     Deadline,
@@ -57,43 +57,31 @@ from nsight_core.protocol import (
     RELEASE_FD_ENV,
     STANDBY_FILE,
     STANDBY_SOCKET,
-    StandbySpec,
+    LaunchSpec,
 )
 
-STANDBY_ENV = "NSPY_MCP_STANDBY"
-"""'0' turns pre-started judges off; anything else (or unset) leaves them on."""
-AT_START_ENV = "NSPY_MCP_STANDBY_AT_START"
-"""'0': a server does not start the remembered settings' standbys when it starts."""
 MEMORY_FILE = "standby.json"
 """In the result store's root: the settings each GPU's standbys were last started for."""
-IDLE_ENV = "NSPY_MCP_STANDBY_IDLE_S"
-"""Seconds a standby may wait for a job before it is retired (default `DEFAULT_IDLE_S`)."""
-DEFAULT_IDLE_S = 600.0
 HANDOVER_TIMEOUT_S = 120.0
 """How long a handover may wait for the judge to take the job (it may still be starting)."""
-_MARGIN_S = 15.0
-"""A standby this close to its idle limit is retired rather than handed a job."""
 
 
 @dataclass(frozen=True)
 class StandbyKey:
-    """What must be equal for a job to use a standby: the spec and the environment."""
+    """What must be equal for a job to use a standby: the spec, the environment and the
+    memory limit of the job's processes (the plan's: plan/job_plan.py)."""
 
     spec: str
-    """The `StandbySpec` as JSON: what the standby judge reads from its directory."""
+    """The `LaunchSpec` as JSON: what the standby judge reads from its directory."""
     env: tuple[tuple[str, str], ...]
+    memory_bytes: int | None = None
+    """The processes' memory limit, fixed when they start (None: the sandbox's default)."""
 
     @classmethod
-    def of(cls, spec: StandbySpec, env: Mapping[str, str]) -> StandbyKey:
-        return cls(spec.model_dump_json(), tuple(sorted(env.items())))
-
-
-def standby_enabled() -> bool:
-    return os.environ.get(STANDBY_ENV, "").strip() != "0"
-
-
-def prestart_enabled() -> bool:
-    return standby_enabled() and os.environ.get(AT_START_ENV, "").strip() != "0"
+    def of(
+        cls, spec: LaunchSpec, env: Mapping[str, str], memory_bytes: int | None = None
+    ) -> StandbyKey:
+        return cls(spec.model_dump_json(), tuple(sorted(env.items())), memory_bytes)
 
 
 class StandbyMemory:
@@ -105,16 +93,16 @@ class StandbyMemory:
         self.path = path
         self._lock = threading.Lock()
 
-    def recall(self, slot: str) -> list[StandbySpec]:
+    def recall(self, slot: str) -> list[LaunchSpec]:
         """The slot's specs; none when the file is missing or unreadable (nothing to start)."""
         raw = self._read().get(slot, [])
-        specs: list[StandbySpec] = []
+        specs: list[LaunchSpec] = []
         for item in raw if isinstance(raw, list) else []:
             with contextlib.suppress(ValueError):
-                specs.append(StandbySpec.model_validate(item))
+                specs.append(LaunchSpec.model_validate(item))
         return specs
 
-    def note(self, slot: str, specs: list[StandbySpec]) -> None:
+    def note(self, slot: str, specs: list[LaunchSpec]) -> None:
         """Replace the slot's specs (written atomically; a failed write changes nothing)."""
         with self._lock:
             slots = self._read()
@@ -131,14 +119,6 @@ class StandbyMemory:
             return {}
         slots = doc.get("slots") if isinstance(doc, dict) else None
         return dict(slots) if isinstance(slots, dict) else {}
-
-
-def idle_limit_s() -> float:
-    try:
-        value = float(os.environ.get(IDLE_ENV, "") or DEFAULT_IDLE_S)
-    except ValueError:
-        return DEFAULT_IDLE_S
-    return value if value > 2 * _MARGIN_S else DEFAULT_IDLE_S
 
 
 def released(argv: list[str], wall_s: float) -> SandboxOutcome:
@@ -191,7 +171,7 @@ class Standby:
             self.outcome = run_sandboxed(
                 argv,
                 cwd=self.home,
-                limits=SandboxLimits(wall_s=self.idle_s),
+                limits=SandboxLimits(wall_s=self.idle_s, memory_bytes=self.key.memory_bytes),
                 deadline=self.deadline,
                 env=env,
                 cancel=self.cancel,
@@ -214,7 +194,7 @@ class Standby:
         return (self.home / READY_FILE).exists()
 
     def fresh(self) -> bool:
-        return self.alive() and time.monotonic() - self.started < self.idle_s - _MARGIN_S
+        return self.alive() and time.monotonic() - self.started < self.idle_s - STANDBY_MARGIN_S
 
     def hand(self, job_dir: Path, wall_s: float, poll: Callable[[], None] | None) -> str | None:
         """Give the judge ``job_dir`` (its job.json written); None when it took it, else why
@@ -309,7 +289,7 @@ class StandbyPool:
         memory: StandbyMemory | None = None,
         slot: str = "",
     ) -> None:
-        self.idle_s = idle_s if idle_s is not None else idle_limit_s()
+        self.idle_s = idle_s if idle_s is not None else DEFAULT_IDLE_S
         self.capacity = max(1, capacity)
         self.memory = memory
         """Where the settings of this pool's standbys are written (`slot` names the pool)."""
@@ -421,7 +401,7 @@ class StandbyPool:
             while len(self._spares) >= self.capacity:
                 old.append(self._spares.pop(next(iter(self._spares))))
             self._spares[key] = Standby(key, self.idle_s, speculative=speculative)
-            specs = [StandbySpec.model_validate_json(k.spec) for k in self._spares]
+            specs = [LaunchSpec.model_validate_json(k.spec) for k in self._spares]
         for sb in old:
             sb.retire()
         if self.memory is not None and not speculative:

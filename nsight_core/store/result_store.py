@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import MAX_AGE_DAYS_ENV, MAX_RESULTS_ENV, EngineConfig
 from nsight_core.protocol import JOB_ARTIFACTS
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
@@ -65,10 +66,6 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger(__name__)
 
-STORE_ENV = "NSPY_MCP_STORE"
-"""Environment variable naming the store root; overrides the default location."""
-MAX_RESULTS_ENV = "NSPY_MCP_STORE_MAX_RESULTS"
-MAX_AGE_DAYS_ENV = "NSPY_MCP_STORE_MAX_AGE_DAYS"
 
 DEFAULT_MAX_RESULTS = 1000
 """Keep this many finished results by default: enough for long agent sessions, and small
@@ -130,12 +127,11 @@ class Retention:
             raise ValueError("max_age_days must be > 0 (or None for no limit)")
 
     @classmethod
-    def from_env(cls) -> Retention:
-        """Defaults, overridden by NSPY_MCP_STORE_MAX_RESULTS / NSPY_MCP_STORE_MAX_AGE_DAYS
-        ('0' or 'none' turns a limit off)."""
+    def of_config(cls, config: EngineConfig) -> Retention:
+        """The defaults, overridden by the configured limits (NSPY_MCP_STORE_MAX_RESULTS,
+        NSPY_MCP_STORE_MAX_AGE_DAYS; '0' or 'none' turns a limit off)."""
 
-        def read(name: str, kind: type[int] | type[float], default: Any) -> Any:
-            raw = os.environ.get(name)
+        def read(name: str, raw: str | None, kind: type[int] | type[float], default: Any) -> Any:
             if raw is None or raw.strip() == "":
                 return default
             if raw.strip().lower() in {"0", "none", "off"}:
@@ -146,8 +142,8 @@ class Retention:
                 raise ValueError(f"{name}={raw!r} is not a number") from exc
 
         return cls(
-            max_results=read(MAX_RESULTS_ENV, int, DEFAULT_MAX_RESULTS),
-            max_age_days=read(MAX_AGE_DAYS_ENV, float, None),
+            max_results=read(MAX_RESULTS_ENV, config.store_max_results, int, DEFAULT_MAX_RESULTS),
+            max_age_days=read(MAX_AGE_DAYS_ENV, config.store_max_age_days, float, None),
         )
 
 
@@ -195,11 +191,10 @@ class ResultPage:
     total: int
 
 
-def default_store_root() -> Path:
-    """``$NSPY_MCP_STORE``, else the user data dir's ``nspy-mcp/results``."""
-    env = os.environ.get(STORE_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
+def default_store_root(config: EngineConfig | None = None) -> Path:
+    """The configured root (NSPY_MCP_STORE), else the user data dir's ``nspy-mcp/results``."""
+    if config is not None and config.store_root is not None:
+        return config.store_root
     return Path(platformdirs.user_data_dir("nspy-mcp", appauthor=False)) / "results"
 
 
@@ -291,7 +286,7 @@ class ResultStore:
 
     def __init__(self, root: str | Path | None = None, *, retention: Retention | None = None):
         self.root = Path(root).expanduser() if root is not None else default_store_root()
-        self.retention = retention if retention is not None else Retention.from_env()
+        self.retention = retention if retention is not None else Retention()
         self.root.mkdir(parents=True, exist_ok=True)
         self._index = self.root / INDEX_FILE
         self._locks: dict[str, int] = {}

@@ -71,7 +71,7 @@ def test_cupti_is_registered_as_an_in_process_backend_of_its_own_timer() -> None
     assert backend.default_metric == CUPTI_DURATION
     assert backend.measures(settings()) == list(CUPTI_METRICS)
     argv = [sys.executable, "-m", "nsight_core.contestant", "/tmp/x"]
-    assert backend.wrap(argv, settings(), Path("/tmp")) == Wrapped(argv)
+    assert backend.wrap(argv, settings().launch(), Path("/tmp")) == Wrapped(argv)
 
 
 def test_importing_the_collectors_never_imports_cupti() -> None:

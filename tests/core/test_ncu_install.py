@@ -232,6 +232,8 @@ def test_record_catalogs_runs_on_a_bare_host_with_only_the_stdlib(tmp_path: Path
         "nsight_core.host",
         "nsight_core.host.catalog_format",  # stdlib-only; catalog itself fails on pydantic
         "nsight_core.host.ncu_install",
+        "nsight_core.plan",
+        "nsight_core.plan.config",  # stdlib-only: the memory limit's variable name
         "nsight_core.processes",
         "nsight_core.processes.sandbox",
         "nsight_core.processes.sandbox.env",

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.errors import ErrorClass
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.sandbox import (
     JOB_MARKER_ENV,
     MEMORY_ENV,
@@ -285,18 +286,17 @@ def test_job_under_its_memory_limit_reports_its_peak(tmp_path: Path) -> None:
     assert out.memory_limit_bytes == default_memory_limit()
 
 
-def test_memory_limit_default_and_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(MEMORY_ENV, raising=False)
+def test_memory_limit_default_and_configured_setting() -> None:
     assert default_memory_limit() == physical_memory_bytes() // 2
-    monkeypatch.setenv(MEMORY_ENV, "3G")
-    assert default_memory_limit() == 3 << 30
+    setting = EngineConfig.from_env({MEMORY_ENV: "3G"}).job_memory
+    assert default_memory_limit(setting) == 3 << 30
+    assert sandbox_mechanisms(setting).memory_limit_source == f"{MEMORY_ENV}=3G"
     assert parse_memory("512MiB") == 512 << 20
     assert parse_memory("25%", ram=1000) == 250
     assert parse_memory("off") == 0 == parse_memory("0")
-    monkeypatch.setenv(MEMORY_ENV, "lots")
     with pytest.raises(Exception, match="NSPY_MCP_JOB_MEMORY='lots' is not a memory size"):
-        default_memory_limit()
-    assert "is not a memory size" in sandbox_mechanisms().memory_limit_source
+        default_memory_limit("lots")
+    assert "is not a memory size" in sandbox_mechanisms("lots").memory_limit_source
 
 
 # --------------------------------------------------------------------------------------

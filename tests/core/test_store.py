@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import STORE_ENV, EngineConfig
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Comparison, Correctness, ProfileResult, Row
 from nsight_core.store.result_store import (
     INDEX_FILE,
     MANIFEST_FILE,
     RESULT_FILE,
-    STORE_ENV,
     CorruptResultError,
     ResultFilter,
     ResultStore,
@@ -278,12 +278,13 @@ def test_retention_rejects_limits_that_would_delete_everything() -> None:
         Retention(max_age_days=0)
 
 
-def test_retention_reads_its_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NSPY_MCP_STORE_MAX_RESULTS", "7")
-    monkeypatch.setenv("NSPY_MCP_STORE_MAX_AGE_DAYS", "1.5")
-    assert Retention.from_env() == Retention(max_results=7, max_age_days=1.5)
-    monkeypatch.setenv("NSPY_MCP_STORE_MAX_RESULTS", "none")
-    assert Retention.from_env().max_results is None
+def test_retention_reads_its_limits_from_the_configured_environment() -> None:
+    env = {"NSPY_MCP_STORE_MAX_RESULTS": "7", "NSPY_MCP_STORE_MAX_AGE_DAYS": "1.5"}
+    assert Retention.of_config(EngineConfig.from_env(env)) == Retention(7, 1.5)
+    env["NSPY_MCP_STORE_MAX_RESULTS"] = "none"
+    assert Retention.of_config(EngineConfig.from_env(env)).max_results is None
+    with pytest.raises(ValueError, match="NSPY_MCP_STORE_MAX_AGE_DAYS='soon' is not a number"):
+        Retention.of_config(EngineConfig.from_env({"NSPY_MCP_STORE_MAX_AGE_DAYS": "soon"}))
 
 
 def test_a_listing_pages_newest_first_and_names_the_next_cursor(tmp_path: Path) -> None:
@@ -351,10 +352,8 @@ def test_atomic_writes_replace_whole_files_and_leave_no_temporaries(tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
-def test_the_store_root_defaults_to_the_environment_override(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv(STORE_ENV, str(tmp_path / "elsewhere"))
-    assert default_store_root() == tmp_path / "elsewhere"
-    monkeypatch.delenv(STORE_ENV)
+def test_the_store_root_defaults_to_the_configured_override(tmp_path: Path) -> None:
+    config = EngineConfig.from_env({STORE_ENV: str(tmp_path / "elsewhere")})
+    assert default_store_root(config) == tmp_path / "elsewhere"
+    assert default_store_root(EngineConfig.from_env({})).parts[-2:] == ("nspy-mcp", "results")
     assert default_store_root().parts[-2:] == ("nspy-mcp", "results")

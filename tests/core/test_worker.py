@@ -13,11 +13,13 @@ from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.errors import NsightCoreError
 from nsight_core.judge.core import Judge, check_path_once
-from nsight_core.pipeline import jit_cache_env, run_profile_job
+from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.config import EngineConfig
+from nsight_core.plan.job_plan import jit_cache_env
 from nsight_core.processes.launch import LAUNCH_FILE, LaunchPlan
 from nsight_core.processes.sandbox import landlock_abi
 from nsight_core.processes.seat import Seat
-from nsight_core.protocol import JobSpec, SampleEvent, StandbySpec
+from nsight_core.protocol import JobSpec, LaunchSpec, SampleEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.rows.runs import read_events
@@ -40,9 +42,9 @@ def same(path):
 
 
 def test_events_timed_calls_open_no_nvtx_range_so_none_pays_for_its_import(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setenv("NSPY_MCP_CONFINE", "0")  # the candidate writes its log outside workdir
+    unconfined = EngineConfig(confine="off")  # the candidate writes its log outside workdir
     log = tmp_path / "seen.txt"
     request = ProfileRequest(
         reference="ref",
@@ -54,7 +56,7 @@ def test_events_timed_calls_open_no_nvtx_range_so_none_pays_for_its_import(
         backend="events",
         check={"check_determinism": False},
     )
-    result = run_profile_job(request, tmp_path / "job", result_id="t")
+    result = run_profile_job(request, tmp_path / "job", result_id="t", config=unconfined)
     assert result.status == "done", result.message
     lines = log.read_text().split()
     assert lines and set(lines) == {"False"}
@@ -71,7 +73,7 @@ class RangeOnly(Backend):
     any_metric = True
     settings_apply = False
 
-    def wrap(self, argv: Sequence[str], settings: JobSettings, out_dir: Path) -> Wrapped:
+    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
         return Wrapped(list(argv))
 
     def read_records(
@@ -109,8 +111,10 @@ def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates
         request=request,
         workdir=str(tmp_path),
         source_file=str(job_dir / "src.py"),
+        launch=LaunchSpec(backend="test-range", metrics=list(request.metrics)),
     )
-    assert Judge(job, request, job_dir, Seat(StandbySpec.of_job(job), job_dir)).run() == 0
+    assert job.launch is not None
+    assert Judge(job, request, job_dir, Seat(job.launch, job_dir)).run() == 0
     events = read_events(job_dir / "events.jsonl")
     keys = sorted((r.annotation, r.run) for r in events.ranges)
     assert keys == [(a, r) for a in ("ref", "same") for r in range(3)]

@@ -6,7 +6,6 @@ say what is in force without starting a job.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from nsight_core.errors import NsightCoreError
@@ -38,12 +37,13 @@ class SandboxMechanisms:
     """Whether this process is non-dumpable (`protect_this_process`)."""
 
 
-def sandbox_mechanisms() -> SandboxMechanisms:
-    """What `run_sandboxed` does on this host; never raises."""
+def sandbox_mechanisms(memory_setting: str | None = None) -> SandboxMechanisms:
+    """What `run_sandboxed` does on this host, with the configured memory limit
+    (`EngineConfig.job_memory`); never raises."""
     linux = LIBC is not None
     try:
-        limit = default_memory_limit()
-        raw = os.environ.get(MEMORY_ENV, "").strip()
+        limit = default_memory_limit(memory_setting)
+        raw = (memory_setting or "").strip()
         source = f"{MEMORY_ENV}={raw}" if raw else f"{DEFAULT_MEMORY_SHARE:.0%} of RAM"
     except NsightCoreError as exc:
         limit, source = int(physical_memory_bytes() * DEFAULT_MEMORY_SHARE), str(exc)

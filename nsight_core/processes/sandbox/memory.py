@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import MEMORY_ENV as MEMORY_ENV
 
-MEMORY_ENV = "NSPY_MCP_JOB_MEMORY"
-"""Resident-memory limit of a job: bytes, ``8G``/``512M``, ``40%`` of RAM, or ``0``/``off``."""
 DEFAULT_MEMORY_SHARE = 0.5
 """Default limit as a share of physical RAM: one runaway job cannot push the host into swap."""
 
@@ -51,11 +50,11 @@ def parse_memory(text: str, ram: int | None = None) -> int:
         ) from None
 
 
-def default_memory_limit() -> int:
-    """The job limit when none is given: ``NSPY_MCP_JOB_MEMORY``, else half the RAM (0: none)."""
-    raw = os.environ.get(MEMORY_ENV, "").strip()
-    if raw:
-        return parse_memory(raw)
+def default_memory_limit(setting: str | None = None) -> int:
+    """The job limit when none is given: ``setting`` (the configured ``NSPY_MCP_JOB_MEMORY``,
+    `EngineConfig.job_memory`), else half the RAM (0: none)."""
+    if setting is not None and setting.strip():
+        return parse_memory(setting)
     return int(physical_memory_bytes() * DEFAULT_MEMORY_SHARE)
 
 

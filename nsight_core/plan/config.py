@@ -1,0 +1,95 @@
+"""The engine's settings from the environment, read once by whoever starts the engine.
+
+The MCP server and CLI (and the `@kernel` API for its own jobs) call `EngineConfig.from_env`
+once and pass the object down; no other module of the engine reads an ``NSPY_MCP_*``
+variable. A setting read at call time in ten places meant that one job could see two values
+of it, and that a test had to patch the process's environment to change one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+CONFINE_ENV = "NSPY_MCP_CONFINE"
+"""'1' confines every contestant's file access (Landlock), '0' none; unset: wherever the
+kernel has Landlock."""
+TRANSPORT_ENV = "NSPY_MCP_TRANSPORT"
+"""'host' makes CUDA arrays cross between judge and contestant through host memory instead
+of CUDA IPC (for hosts where IPC is unavailable; the judge also falls back by itself)."""
+STANDBY_ENV = "NSPY_MCP_STANDBY"
+"""'0' turns pre-started judges off; anything else (or unset) leaves them on."""
+AT_START_ENV = "NSPY_MCP_STANDBY_AT_START"
+"""'0': a server does not start the remembered settings' standbys when it starts."""
+IDLE_ENV = "NSPY_MCP_STANDBY_IDLE_S"
+"""Seconds a standby may wait for a job before it is retired."""
+MEMORY_ENV = "NSPY_MCP_JOB_MEMORY"
+"""A job's resident-memory limit (8G, 40%, 0 for none); unset: half the RAM."""
+STORE_ENV = "NSPY_MCP_STORE"
+"""The result store's root; unset: the user data directory's ``nspy-mcp/results``."""
+MAX_RESULTS_ENV = "NSPY_MCP_STORE_MAX_RESULTS"
+MAX_AGE_DAYS_ENV = "NSPY_MCP_STORE_MAX_AGE_DAYS"
+
+DEFAULT_IDLE_S = 600.0
+STANDBY_MARGIN_S = 15.0
+"""A standby this close to its idle limit is retired rather than handed a job; an idle
+limit must leave room for two of these."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Host-wide settings of the engine (a request's own settings are in its request)."""
+
+    confine: Literal["auto", "on", "off"] = "auto"
+    """'auto' confines contestants wherever the kernel has Landlock (pipeline.py)."""
+    cuda_ipc: bool = True
+    standby: bool = True
+    standby_at_start: bool = True
+    standby_idle_s: float = DEFAULT_IDLE_S
+    job_memory: str | None = None
+    """The memory limit as written (the sandbox parses it, and a bad value fails the job
+    that uses it with a message naming the variable)."""
+    store_root: Path | None = None
+    store_max_results: str | None = None
+    """As written; the store parses both limits (``0``/``none`` turns one off)."""
+    store_max_age_days: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:
+        """The settings in ``environ`` (default ``os.environ``); unset or empty keeps a default."""
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        confine = get(CONFINE_ENV)
+        store = get(STORE_ENV)
+        return cls(
+            confine="on" if confine == "1" else "off" if confine == "0" else "auto",
+            cuda_ipc=get(TRANSPORT_ENV) != "host",
+            standby=get(STANDBY_ENV) != "0",
+            standby_at_start=get(AT_START_ENV) != "0",
+            standby_idle_s=_idle_s(get(IDLE_ENV)),
+            job_memory=get(MEMORY_ENV),
+            store_root=Path(store).expanduser() if store else None,
+            store_max_results=env.get(MAX_RESULTS_ENV),
+            store_max_age_days=env.get(MAX_AGE_DAYS_ENV),
+        )
+
+    @property
+    def prestart(self) -> bool:
+        """Start the remembered settings' standbys when a server starts."""
+        return self.standby and self.standby_at_start
+
+
+def _idle_s(raw: str | None) -> float:
+    """A usable idle limit: a number above two margins, else the default."""
+    try:
+        value = float(raw) if raw else DEFAULT_IDLE_S
+    except ValueError:
+        return DEFAULT_IDLE_S
+    return value if value > 2 * STANDBY_MARGIN_S else DEFAULT_IDLE_S
