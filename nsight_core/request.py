@@ -10,6 +10,7 @@ tool's JSON Schema; keep them short and concrete.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -74,6 +75,16 @@ def parse_callable_spec(spec: str) -> tuple[str | None, str | None, str]:
         f"{spec!r} is not a callable spec; use 'file.py:name', 'package.module:name', "
         "or a bare 'name' defined in `source`"
     )
+
+
+def default_inputs(reference: str) -> str:
+    """The input maker beside ``reference`` in its file, module or inline source, by the
+    names peer formats use: ``generate_input`` for a GPU MODE task's ``ref_kernel``,
+    ``get_inputs`` (KernelBench) otherwise. Raises ValueError for a malformed spec."""
+    file, module, attr = parse_callable_spec(reference)
+    name = "generate_input" if attr.rpartition(".")[2] == "ref_kernel" else "get_inputs"
+    where = file or module
+    return f"{where}:{name}" if where else name
 
 
 def _depth(value: object) -> int:
@@ -219,11 +230,14 @@ class ProfileRequest(_Strict):
     candidates: list[CallableSpec] = Field(
         min_length=1, max_length=32, description="Implementations to check and profile."
     )
-    inputs: CallableSpec = Field(
+    inputs: CallableSpec = Field(  # type: ignore[assignment]  # filled in by _default_inputs
+        None,
         description=(
             "make_inputs(**config) -> tuple (positional args) or dict (keyword args). "
-            "Called fresh for every seed and run, outside timed regions; RNGs are seeded by us."
-        )
+            "Called fresh for every seed and run, outside timed regions; RNGs are seeded by us. "
+            "Default: the reference module's get_inputs (KernelBench), or generate_input when "
+            "the reference is a GPU MODE task's ref_kernel (docs/kernelbench.md, docs/gpumode.md)."
+        ),
     )
     configs: list[dict[str, ConfigValue]] = Field(
         default_factory=_one_empty_config,
@@ -328,6 +342,17 @@ class ProfileRequest(_Strict):
         le=3600,
         description="How long the call waits before answering status 'running'.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_inputs(cls, data: Any) -> Any:
+        """An omitted (or null) `inputs` names the reference module's input maker."""
+        if isinstance(data, dict) and data.get("inputs") is None:
+            reference = data.get("reference")
+            if isinstance(reference, str):
+                with contextlib.suppress(ValueError):  # the reference's validation says why
+                    return {**data, "inputs": default_inputs(reference)}
+        return data
 
     @field_validator("reference", "inputs")
     @classmethod

@@ -11,6 +11,11 @@ times closer than the best such trivial answer. Trivial answers that are exact (
 constant output) cannot discriminate and are skipped.
 
 NaN or Inf where the reference is finite is a mismatch (compare_outputs counts it).
+
+Peer formats (runtime/formats.py): a KernelBench problem's outputs are compared with
+KernelBench's tolerances where the request sets none; a GPU MODE task's own
+``check_implementation`` decides instead of `compare_outputs`, called on a copy of the
+call's data and the judge's own copy of the output (max errors are still recorded).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsight_core.protocol import ArrayNode, DictNode, Node, OpaqueNode, SeqNode, ValueNode
-from nsight_core.runtime.check import compare_outputs
+from nsight_core.runtime import formats
+from nsight_core.runtime.check import clone_args, compare_outputs
 from nsight_core.runtime.compare import array_kind
 from nsight_core.runtime.exchange import type_name
 
@@ -111,6 +117,7 @@ def trivial_bound(
     """The closest trivial answer that passes the tolerances on ``expected``; None if none does."""
     if not _float_arrays(expected):
         return None
+    atol, rtol = _tolerances(expected, atol, rtol)
     candidates: list[tuple[str, Any]] = [
         ("all zeros", _map_leaves(expected, _zeros)),
         ("a constant (the mean)", _map_leaves(expected, _mean_constant)),
@@ -205,11 +212,16 @@ def judge_output(
 ) -> None:
     """Fold one call's comparison into ``tally``."""
     tally.calls += 1
+    atol, rtol = _tolerances(expected, atol, rtol)
     diff = compare_outputs(expected, actual, atol=atol, rtol=rtol)
     if diff.max_abs_error is not None:
         tally.max_abs = max(tally.max_abs, float(diff.max_abs_error))
     if diff.max_rel_error is not None:
         tally.max_rel = max(tally.max_rel, float(diff.max_rel_error))
+    task = formats.task_check()
+    if task is not None:
+        _judge_by_task(tally, task, actual)
+        return
     tally.mismatches += int(diff.mismatch_count or 0)
     if not diff.passed:
         tally.fail(f"output mismatch: {diff.reason}")
@@ -224,3 +236,24 @@ def judge_output(
             f"must be {TRIVIAL_MARGIN:g}x closer than that, its max abs error is "
             f"{diff.max_abs_error:.3g}. Tighten atol/rtol to the output's magnitude"
         )
+
+
+def _tolerances(
+    expected: Any, atol: float | None, rtol: float | None
+) -> tuple[float | None, float | None]:
+    """The request's tolerances; where it sets none, a KernelBench problem's own."""
+    if atol is not None and rtol is not None:
+        return atol, rtol
+    peer = formats.kernelbench_tolerance(expected)
+    if peer is None:
+        return atol, rtol
+    return (peer if atol is None else atol), (peer if rtol is None else rtol)
+
+
+def _judge_by_task(tally: Tally, task: formats.TaskCheck, actual: Any) -> None:
+    """The GPU MODE task's verdict on one call: its check on a copy of the call's data (the
+    check may run the reference, which may write into the data) and the judge's output."""
+    data = clone_args(task.data)
+    why = formats.run_task_check(task, data, actual)
+    if why is not None:
+        tally.fail(f"output mismatch: the task's check_implementation: {why[:2000]}")

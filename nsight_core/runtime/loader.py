@@ -3,7 +3,9 @@
 Spec forms (request.py's `parse_callable_spec`): ``path/file.py:name`` (relative to the
 workdir; the file's directory becomes importable so siblings import), ``package.module:name``
 (imported with the workdir first on ``sys.path``), and a bare ``name`` from the inline
-source file. The name may be a dotted attribute path (``Model.forward``).
+source file. The name may be a dotted attribute path (``Model.forward``). A KernelBench model class, a
+KernelBench input maker and a GPU MODE task's input maker come back wrapped so that they
+run as their formats define (formats.py).
 
 How failures map to `ErrorClass` (every one a `LoadError` carrying ``file`` and ``line``
 where they are known):
@@ -35,6 +37,7 @@ from typing import Any
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.request import parse_callable_spec
+from nsight_core.runtime import formats
 
 CONFINED_HINT = (
     "a job's processes may read only the workdir, the folders of the files the request "
@@ -94,7 +97,7 @@ def load_callable(spec: str, *, workdir: Path, source_file: Path | None) -> Call
                 "pass `source`, or name the callable as 'file.py:name' or 'module:name'",
             )
         module, display = _load_file(source_file, spec), "the inline source"
-    target = _resolve(module, attr, spec, display)
+    target = formats.adapt(_resolve(module, attr, spec, display), module, attr)
     if not callable(target):
         raise LoadError(
             ErrorClass.IMPORT_ERROR,
