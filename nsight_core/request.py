@@ -132,9 +132,8 @@ class CheckSpec(_Strict):
         le=20,
         strict=True,
         description=(
-            "Fresh seeded inputs checked per config, at the least. Every call is checked, the "
-            "timed runs included, so untimed calls beyond the warm-up are made only when "
-            "runs < seeds."
+            "Fresh seeded inputs checked per config, at the least; every call is checked, "
+            "timed runs included."
         ),
     )
     atol: float | None = Field(
@@ -211,8 +210,8 @@ class StagesSpec(_Strict):
         le=31,
         strict=True,
         description=(
-            "How many of the fastest passing candidates the profile stage measures under "
-            "`backend` with `metrics`, next to the reference. Must be below len(candidates)."
+            "How many of the fastest passing candidates the profile stage measures beside "
+            "the reference; below len(candidates)."
         ),
     )
 
@@ -281,9 +280,8 @@ class ProfileRequest(_Strict):
         False,
         strict=True,
         description=(
-            "Also say what bounds each candidate (memory, compute, latency) and its headroom "
-            "to the hardware limit, in `diagnoses`. With ncu this adds speed-of-light "
-            "metrics (a few more replay passes per kernel); see docs/diagnose.md."
+            "Also say what bounds each candidate (memory, compute, latency) and its headroom, "
+            "in `diagnoses`; with ncu a few more replay passes (docs/diagnose.md)."
         ),
     )
     source: str | None = Field(
@@ -319,9 +317,9 @@ class ProfileRequest(_Strict):
     stages: StagesSpec | None = Field(
         None,
         description=(
-            "Staged evaluation (default off): check and screen all candidates with a fast "
-            "timer, then profile the reference and the top_k fastest under `backend` (ncu). "
-            "E.g. {'screen': 'cupti', 'top_k': 3}; see docs/stages.md."
+            "Staged evaluation (default off): screen all candidates with a fast timer, then "
+            "profile the reference and the top_k fastest under `backend`, e.g. "
+            "{'screen': 'cupti', 'top_k': 3} (docs/stages.md)."
         ),
     )
     budget_s: float | None = Field(
@@ -330,9 +328,8 @@ class ProfileRequest(_Strict):
         le=7200,
         strict=True,
         description=(
-            "With `stages`: wall-clock budget for all stages together. A stage that cannot "
-            "start in time is skipped, a running one is stopped when it is spent (its rows "
-            "so far are kept); the result says which."
+            "With `stages`: wall-clock budget for all stages; a stage that cannot start in "
+            "time is skipped, a running one is cut (its rows kept), as the result says."
         ),
     )
     wait_s: float = Field(

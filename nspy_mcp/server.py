@@ -28,6 +28,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from mcp.types import Tool as MCPTool
 from pydantic import Field
 
 from nsight_core.errors import NsightCoreError
@@ -63,6 +64,7 @@ from nspy_mcp.jobs import JobQueue, ProgressSink
 from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
+from nspy_mcp.schemas import OutputPolicy, advertised_input, advertised_output
 from nspy_mcp.tool_errors import agent_text, corrupt_error, reject_unknown_arguments, tool_error
 from nspy_mcp.version import __version__
 from nspy_mcp.wire import run_stdio
@@ -96,6 +98,34 @@ CANCELLING = ToolAnnotations(
 )
 """read_results: reads, and with cancel=true stops a job this agent started; no user data is
 touched, and cancelling twice is the same as once."""
+
+RESULT_OUTPUT = OutputPolicy(
+    deep=frozenset({"Row", "Comparison", "Correctness", "Failure", "ErrorClass"}),
+    documented=frozenset(
+        {
+            "Row.Unit",
+            "Row.RequestedRuns",
+            "Row.StableMeasurement",
+            "Row.Evidence",
+            "Row.Normalized",
+            "Row.Trust",
+            "Row.Reasons",
+            "Row.RawValues",
+            "Comparison.Ratio",
+            "Comparison.Speedup",
+            "Comparison.Speedup_CI95_Lower",
+            "Comparison.Resolvable",
+            "Comparison.NumPairs",
+        }
+    ),
+)
+"""profile_candidates' answer: what an agent acts on (rows, comparisons, correctness,
+failures) validated to the leaves, the fields whose meaning a name does not carry described;
+provenance, diagnoses, stages and cross-checks checked by type. docs/rows.md and docs/results.md document
+every field."""
+READ_OUTPUT = OutputPolicy(deep=frozenset({"ProfileResult", "ResultSummary"}))
+"""read_results' answer: the result's own fields and the listing's summaries; the parts of a
+result are described once, in profile_candidates' output schema."""
 
 
 @dataclass
@@ -145,15 +175,13 @@ async def check_environment(
     ] = False,
     ctx: Context[AppState, Any] | None = None,
 ) -> EnvironmentReport:
-    """Call this once per session, before profiling: what profiling can do on this machine.
+    """Call once per session, before profiling: what profiling can do on this machine.
 
-    Reports GPUs (name, UUID, driver, CUDA, memory, clocks, processes using them), every ncu
-    on PATH with its version (the first one is used), ncu-report and cupti-python versions
-    and compatibility, whether GPU performance counters are readable (RmProfilingAdminOnly),
-    which backends work here ('ncu', 'cupti', 'events') and why not, the frameworks present
-    (torch, triton, cupy) and remediation text to act on. Pick the backend from this answer:
-    'events' works everywhere (time only). It never changes driver or GPU settings; do not
-    try to work around a permission problem, report it.
+    GPUs (driver, CUDA, memory, clocks, processes using them), the ncu used and its version,
+    ncu-report and cupti-python, whether GPU counters are readable, which backends work here
+    ('ncu', 'cupti', 'events') and why not, frameworks present, and `remediation` steps to
+    act on. Pick the backend from it; 'events' works everywhere (time only). It never changes
+    driver or GPU settings: report a permission problem, do not work around it.
     """
     try:
         return await anyio.to_thread.run_sync(
@@ -187,11 +215,11 @@ async def validate_metrics(
 ) -> MetricsValidation:
     """Check ncu metric names before profiling with them; profile_candidates refuses bad ones.
 
-    Per name: valid, unknown, or needs-suffix (a base name such as 'dram__throughput' needs a
-    roll-up and suffix, e.g. '.avg.pct_of_peak_sustained_elapsed'), with unit, type,
-    description and the nearest valid names, plus the estimated replay passes (more passes,
-    longer jobs). Works offline from catalogs bundled for common chips, and live from
-    `ncu --query-metrics` where ncu exists. Only the 'ncu' backend takes metrics.
+    Per name: valid, unknown or needs_suffix (a base name such as 'dram__throughput' needs a
+    roll-up and suffix, e.g. '.avg.pct_of_peak_sustained_elapsed'), with unit, description
+    and the nearest valid names, plus the estimated replay passes (more passes, longer jobs).
+    Works offline from bundled catalogs and live from ncu where it exists. Only the 'ncu'
+    backend takes metrics.
     """
     try:
         return await anyio.to_thread.run_sync(partial(catalog_validate_metrics, metrics, chip))
@@ -202,23 +230,19 @@ async def validate_metrics(
 async def profile_candidates(request: ProfileRequest, ctx: Context[AppState, Any]) -> ProfileResult:
     """Check candidates against a trusted reference, then profile those that pass.
 
-    Pass `request` with: `reference`, `candidates` and `inputs` as callables
-    ('path/file.py:name' relative to `workdir`, 'package.module:name', or a bare name
-    defined in inline `source`); give an absolute `workdir` (default: the server's current
-    directory). `inputs(**config)` makes fresh arguments for each config in `configs`.
-    `backend`: 'ncu' (any metric; needs ncu and counter access, see check_environment),
-    'events' (time only, works on CPU too). Keep `runs` >= 3. Validate non-default
-    `metrics` with validate_metrics first.
+    `request` names `reference`, `candidates` and `inputs` as callables ('file.py:name'
+    under an absolute `workdir`, 'package.module:name', or a name in inline `source`);
+    `inputs(**config)` makes fresh arguments for each of `configs`. `backend` 'ncu' (any
+    metric; needs ncu and counter access) or 'events' (time only, CPU too); keep `runs` >= 3;
+    check non-default `metrics` with validate_metrics first.
 
-    Every job runs in a fresh, time-limited process: candidates are checked on seeded
-    inputs first and a candidate that fails is not timed (see its `correctness` entry);
-    then rows (AvgValue, StdDev, CI95, Trust), `comparisons` against the reference (Speedup
-    with its 95 % CI, Resolvable) and `failures`. Raw per-run values are left out here:
-    read_results(result_id, detail='full') has them. If the job outlasts `wait_s` (default
-    60 s) the answer has status 'running' and a result_id: call read_results with it (its
-    wait_s waits there). Cancelling this call kills the job. Errors you can fix (bad field,
-    bad metric, missing ncu or GPU) come back as errors that say what to change, and
-    nothing is queued.
+    Each job runs in a fresh, time-limited process. Candidates are checked on seeded inputs
+    first; one that fails is not timed (its `correctness` entry says why). The answer has
+    rows (AvgValue, CI95, Trust), `comparisons` against the reference (Speedup, its 95 % CI,
+    Resolvable) and `failures`; raw per-run values: read_results(detail='full'). A job that
+    outlasts `wait_s` (default 60 s) answers 'running' with a result_id: call read_results
+    with it. Cancelling this call kills the job. Errors you can fix (a field, a metric, no
+    ncu or GPU) say what to change, and nothing is queued.
     """
     state = _state(ctx)
     try:
@@ -297,17 +321,14 @@ async def read_results(
         ),
     ] = False,
 ) -> ReadResultsAnswer:
-    """Read stored results; they survive server restarts.
+    """Read a stored result, follow or cancel a job, or list past results (they survive restarts).
 
-    With `result_id`: that result (status, message, rows, comparisons against the
-    reference, correctness, failures, provenance and artifact paths), narrowed by
-    `annotation`, `config_id` and `metric` if given. Compact by default; detail='full' adds
-    raw per-run values and whole tracebacks. For a queued or running job, `wait_s` waits
-    for it (with progress). Without `result_id`: a page of past results, newest first,
-    filtered by annotation, config_id, metric, status and since/until; pass the answer's
-    `next_cursor` as `cursor` for the next page. `cancel=true` with a `result_id` stops a
-    queued or running job (its whole process group is killed) and answers its result,
-    recorded as 'cancelled'.
+    With `result_id`: that result, narrowed by `annotation`, `config_id` and `metric`;
+    compact unless detail='full' (raw per-run values, whole tracebacks). `wait_s` waits for
+    a queued or running job (with progress); `cancel=true` stops it (its process group is
+    killed) and answers it, recorded 'cancelled'. Without `result_id`: a page of results,
+    newest first, filtered by annotation, config_id, metric, status and since/until; pass
+    the answer's `next_cursor` as `cursor` for the next page.
     """
     state = _state(ctx)
     full = detail == "full"
@@ -385,11 +406,32 @@ async def _cancel(state: AppState, result_id: str) -> ProfileResult:
 
 
 class _Server(MCPServer[AppState]):
-    """MCPServer whose tool errors all read as nspy-mcp's: class first, field, fix.
+    """MCPServer whose tool errors all read as nspy-mcp's: class first, field, fix, and
+    whose `tools/list` carries compact schemas (`nspy_mcp.schemas`).
 
     The SDK prefixes every tool error with "Error executing tool <name>: " and passes
     pydantic's raw dump through for schema errors; here both become `agent_text`.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.output_policies: dict[str, OutputPolicy] = {}
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools with the compact schemas `nspy_mcp.schemas` builds (see there why)."""
+        return [
+            tool.model_copy(
+                update={
+                    "input_schema": advertised_input(tool.input_schema),
+                    "output_schema": None
+                    if tool.output_schema is None
+                    else advertised_output(
+                        tool.output_schema, self.output_policies.get(tool.name, OutputPolicy())
+                    ),
+                }
+            )
+            for tool in await super().list_tools()
+        ]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[AppState, Any] | None = None
@@ -406,10 +448,16 @@ class _Server(MCPServer[AppState]):
 
 
 def _add_tool(
-    server: MCPServer[AppState], fn: Any, title: str, annotations: ToolAnnotations
+    server: _Server,
+    fn: Any,
+    title: str,
+    annotations: ToolAnnotations,
+    output: OutputPolicy | None = None,
 ) -> None:
     # Dedented: the docstring's indentation would otherwise reach the agent as-is.
     server.tool(title=title, description=inspect.cleandoc(fn.__doc__), annotations=annotations)(fn)
+    if output is not None:
+        server.output_policies[fn.__name__] = output
 
 
 def warm_caches(locks: DeviceLocks) -> None:
@@ -473,7 +521,7 @@ def build_server(
                 jobs.shutdown()
                 await anyio.to_thread.run_sync(local.close)
 
-    server: MCPServer[AppState] = _Server(
+    server = _Server(
         "nspy-mcp",
         title="nspy-mcp: check and profile GPU kernels",
         version=__version__,
@@ -484,9 +532,17 @@ def build_server(
     server.middleware.append(reject_unknown_arguments(server))
     _add_tool(server, check_environment, "Check the profiling environment", READ_ONLY)
     _add_tool(server, validate_metrics, "Validate ncu metric names", READ_ONLY)
-    _add_tool(server, profile_candidates, "Check and profile kernel candidates", PROFILING)
+    _add_tool(
+        server,
+        profile_candidates,
+        "Check and profile kernel candidates",
+        PROFILING,
+        RESULT_OUTPUT,
+    )
     # read_results can cancel a job (cancel=true), so it is not read-only.
-    _add_tool(server, read_results, "Read stored results (or cancel a job)", CANCELLING)
+    _add_tool(
+        server, read_results, "Read stored results (or cancel a job)", CANCELLING, READ_OUTPUT
+    )
     register_resources(server, result_store)
     register_prompt(server)
     return server

@@ -34,7 +34,8 @@ from nsight_core.results import ProfileResult
 from nsight_core.store.manifest import result_manifest
 from nsight_core.store.result_store import RESULT_FILE, ResultStore
 from nspy_mcp import demo_kernels
-from nspy_mcp.server import build_server, serve
+from nspy_mcp.schemas import advertised_output
+from nspy_mcp.server import RESULT_OUTPUT, build_server, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -187,7 +188,7 @@ async def test_tool_schemas_match_the_snapshot(mode: str, tmp_path: Path) -> Non
     assert digest == json.loads(SNAPSHOT.read_text())
 
 
-async def test_every_tool_has_an_output_schema_and_profile_publishes_the_store_schema(
+async def test_every_tool_has_an_output_schema_and_profile_publishes_the_store_schema_trimmed(
     tmp_path: Path,
 ) -> None:
     async with connected(tmp_path) as client:
@@ -199,8 +200,11 @@ async def test_every_tool_has_an_output_schema_and_profile_publishes_the_store_s
         "read_results",
     }
     assert all(t.output_schema for t in tools.values())
-    # The store validates stored results against exactly this schema.
-    assert tools["profile_candidates"].output_schema == ProfileResult.model_json_schema()
+    # The store validates stored results against the full schema; tools/list carries it
+    # trimmed (tests/mcp/test_tool_list.py shows it refuses the same wrong answers).
+    assert tools["profile_candidates"].output_schema == advertised_output(
+        ProfileResult.model_json_schema(), RESULT_OUTPUT
+    )
     assert all(len(t.description or "") > 200 for t in tools.values())
 
 

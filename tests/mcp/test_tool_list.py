@@ -1,0 +1,195 @@
+"""What `tools/list` advertises: small enough for every session, strict enough for every answer.
+
+The answers come from a real job through the real MCP client, which itself re-validates each
+structured answer against the advertised output schema; here the schemas are also checked
+with jsonschema directly, against answers that were changed to be wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from jsonschema.validators import validator_for  # type: ignore[import-untyped, unused-ignore]
+from mcp import Client
+from pydantic import BaseModel, Field
+
+from nsight_core.results import ProfileResult
+from nspy_mcp.schemas import OutputPolicy, advertised_input, advertised_output, compact_schema
+from nspy_mcp.server import build_server
+from tests.mcp.test_server import softmax_request, structured
+
+pytestmark = pytest.mark.anyio
+
+TOOLS_LIST_LIMIT = 30_000
+"""Bytes of the `tools/list` result (compact JSON, as sent): issue 28's budget."""
+
+ERAS = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+async def _advertised(client: Client) -> dict[str, Any]:
+    listed = await client.list_tools()
+    dump = listed.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dump
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    cls = validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _errors(schema: dict[str, Any], instance: Any) -> list[str]:
+    return [e.message for e in _validator(schema).iter_errors(instance)]
+
+
+def _local_refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return own + [r for v in node.values() for r in _local_refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _local_refs(v)]
+    return []
+
+
+@ERAS
+async def test_tools_list_fits_the_budget_in_both_eras(mode: str, tmp_path: Path) -> None:
+    async with Client(build_server(tmp_path), mode=mode) as client:
+        listed = await _advertised(client)
+    assert _size(listed) <= TOOLS_LIST_LIMIT
+    for tool in listed["tools"]:
+        assert len(tool["description"]) >= 300, tool["name"]  # still says what to do
+        for schema in (tool["inputSchema"], tool["outputSchema"]):
+            _validator(schema)  # a valid JSON Schema...
+            defs = set(schema.get("$defs", {}))
+            for ref in _local_refs(schema):  # ...that a client resolves without a registry
+                assert ref.removeprefix("#/$defs/") in defs, (tool["name"], ref)
+
+
+async def test_every_answer_validates_and_wrong_answers_are_still_refused(tmp_path: Path) -> None:
+    async with Client(build_server(tmp_path)) as client:
+        tools = {t["name"]: t for t in (await _advertised(client))["tools"]}
+        with anyio.fail_after(120):
+            answers: list[tuple[str, dict[str, Any]]] = [
+                ("check_environment", structured(await client.call_tool("check_environment", {}))),
+                (
+                    "validate_metrics",
+                    structured(
+                        await client.call_tool(
+                            "validate_metrics",
+                            {"metrics": ["dram__throughput", "nope"], "chip": "gh100"},
+                        )
+                    ),
+                ),
+            ]
+            done = structured(
+                await client.call_tool("profile_candidates", {"request": softmax_request()})
+            )
+            answers.append(("profile_candidates", done))
+            rid = done["result_id"]
+            for args in (
+                {"result_id": rid},
+                {"result_id": rid, "detail": "full"},
+                {"result_id": rid, "config_id": 0, "metric": "events__time_duration"},
+                {"result_id": rid, "cancel": True},
+                {},
+                {"status": "done", "limit": 1},
+            ):
+                answers.append(
+                    ("read_results", structured(await client.call_tool("read_results", args)))
+                )
+
+    for name, answer in answers:
+        assert _errors(tools[name]["outputSchema"], answer) == [], name
+
+    # The parts an agent acts on are still validated to the leaves.
+    schema = tools["profile_candidates"]["outputSchema"]
+    store_schema = ProfileResult.model_json_schema()
+    assert done["rows"] and done["comparisons"] and done["correctness"]
+    wrong: list[dict[str, Any]] = []
+    for path, value in (
+        (("rows", 0, "Trust"), "great"),
+        (("rows", 0, "NumRuns"), "3"),
+        (("rows", 0, "AvgValue"), "fast"),
+        (("rows", 0, "ErrorClass"), "oops"),
+        (("comparisons", 0, "Resolvable"), "yes"),
+        (("correctness", 0, "Passed"), None),
+        (("status",), "finished"),
+    ):
+        bad = copy.deepcopy(done)
+        node: Any = bad
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        wrong.append(bad)
+    missing = copy.deepcopy(done)
+    del missing["result_id"]
+    extra = copy.deepcopy(done) | {"speed": "fast"}
+    extra_in_row = copy.deepcopy(done)
+    extra_in_row["rows"][0]["Fast"] = True
+    for bad in [*wrong, missing, extra, extra_in_row]:
+        assert _errors(store_schema, bad), bad  # the store's schema refuses it...
+        assert _errors(schema, bad), bad  # ...and so does the advertised one
+
+
+class _Inner(BaseModel):
+    size: int | None = Field(None, ge=0, description="How big.")
+
+
+class _Outer(BaseModel):
+    title: str = Field(description="A field named like a keyword.")
+    default: list[str] = Field(default_factory=list)
+    kind: str | None = Field(None, pattern="^[a-z]+$")
+    mode: str | None = None
+    inner: _Inner | None = Field(None, description="Nested.")
+    items: list[_Inner] = Field(default_factory=list)
+
+
+def test_compacting_keeps_fields_named_like_keywords_and_what_is_accepted() -> None:
+    full = _Outer.model_json_schema()
+    small = compact_schema(full, keep_defaults=False, fold_nullables=True)
+    assert set(small["properties"]) == set(full["properties"])
+    assert small["properties"]["kind"] == {"pattern": "^[a-z]+$", "type": ["string", "null"]}
+    assert "title" not in small and "default" not in small["properties"]["mode"]
+    samples: list[Any] = [
+        {"title": "t"},
+        {"title": "t", "kind": None, "mode": None, "inner": None},
+        {"title": "t", "kind": "abc", "inner": {"size": 3}, "items": [{"size": None}]},
+        {"title": "t", "kind": "ABC"},
+        {"title": "t", "kind": 3},
+        {"title": "t", "mode": 3},
+        {"title": "t", "inner": {"size": -1}},
+        {"title": "t", "items": [{"size": "3"}]},
+        {"title": 3},
+        {"kind": "abc"},
+    ]
+    for sample in samples:
+        assert bool(_errors(full, sample)) == bool(_errors(small, sample)), sample
+
+
+def test_a_shallow_definition_is_checked_by_type_and_keeps_its_description() -> None:
+    full = _Outer.model_json_schema()
+    shallow = advertised_output(full, OutputPolicy(deep=frozenset()))
+    assert "$defs" not in shallow
+    assert shallow["properties"]["inner"]["type"] == ["object", "null"]
+    assert shallow["properties"]["inner"]["description"] == "Nested."
+    assert shallow["properties"]["items"]["items"] == {"type": "object"}
+    assert not _errors(shallow, {"title": "t", "inner": {"size": -1}})  # a superset...
+    assert _errors(shallow, {"title": "t", "inner": 3})  # ...of objects only
+    deep = advertised_output(full, OutputPolicy(documented=frozenset({"_Inner.size"})))
+    assert deep["$defs"]["_Inner"]["properties"]["size"]["description"] == "How big."
+    assert "description" not in deep["$defs"]["_Inner"]
+
+
+def test_input_schemas_keep_defaults_and_any_of() -> None:
+    advertised = advertised_input(_Outer.model_json_schema())
+    assert advertised["properties"]["mode"]["default"] is None
+    assert "anyOf" in advertised["properties"]["kind"]  # some clients read no type lists
