@@ -211,3 +211,27 @@ def test_only_the_engine_config_reads_the_servers_settings() -> None:
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}")
     assert offenders == [], "read it from EngineConfig (nsight_core/plan/config.py) instead"
+
+
+MAX_MODULE_LINES = 550
+"""A module past this is split along its seams into modules named for what they hold."""
+LONG_MODULES = frozenset(
+    {
+        "nsight_core/stages.py",
+        "nsight_core/nsight/api.py",
+        "nsight_core/judge/core.py",
+        "nspy_mcp/server.py",  # grew past the limit in c1ac44c; to be shrunk by its owner
+    }
+)
+"""The modules still allowed past `MAX_MODULE_LINES`, until they are split too."""
+
+
+def test_no_module_outgrows_the_line_limit_unless_listed() -> None:
+    sizes = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for pkg in PACKAGES
+        for path in sorted((ROOT / pkg).rglob("*.py"))
+    }
+    over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    offenders = sorted(f"{name}: {n} lines" for name, n in over.items() if name not in LONG_MODULES)
+    assert offenders == [], f"split these along their seams (at most {MAX_MODULE_LINES} lines)"

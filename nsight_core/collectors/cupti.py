@@ -15,11 +15,10 @@ then are reported (`launched_elsewhere`).
 A kernel whose launch record is missing is kept when its device start falls in [t0, t1].
 Memory copies and memsets are not kernels (ncu does not profile them either).
 
-Parent side (`CuptiBackend`): the judge turns each reply into samples (`call_samples`): one
-`cupti__time_duration.sum` sample per kernel, named, plus the call's union span of kernel
-time and its host-inclusive latency. `read_records` attributes them to the run, so
-`reduce_runs` folds the per-kernel samples with `kernels.combine` and `kernels.ignore` as it
-folds ncu's per-kernel records.
+Parent side (`CuptiBackend`): the judge turns each reply into samples (`call_samples`) and
+`read_records` attributes them to the run; both, with the host-bound note on rows, live in
+`collectors.cupti_samples`, which never runs in the contestant. Everything the contestant
+runs stays in this module, which its integrity watch covers.
 
 API used (cupti-python 13.0, module ``cupti.cupti``, checked against its ``cupti.pyi``):
 ``activity_register_callbacks(requested, completed)`` where ``requested()`` returns
@@ -37,34 +36,28 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fnmatch
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.collectors.cupti_samples import (
+    CUPTI_DURATION,
+    CUPTI_METRICS,
+    call_samples,
+    flag_host_bound,
+    records_from_cupti_samples,
+)
 from nsight_core.collectors.events import Device, sync_all
-from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.timers import CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
-from nsight_core.results import Failure, Row
+from nsight_core.results import Row
 from nsight_core.settings import JobSettings
-
-CUPTI_DURATION = "cupti__time_duration.sum"
-"""One kernel's duration (end - start of its activity record), ns; folded per call by
-``kernels.combine`` like ncu's gpu__time_duration.sum."""
-CUPTI_SPAN = "cupti__kernel_span"
-"""Union of the (not ignored) kernels' [start, end] intervals of one call, ns: device time
-with overlap counted once, whatever ``combine`` says."""
-CUPTI_LATENCY = "cupti__call_latency"
-"""Host-inclusive time of one call, ns: launch overhead, Python and GPU work, up to the end
-of the synchronization after it (L2 flush excluded)."""
-CUPTI_METRICS = (CUPTI_DURATION, CUPTI_SPAN, CUPTI_LATENCY)
 
 BUFFER_BYTES = 4 << 20
 """Per activity buffer. A call makes a few hundred records of ~200 B; a full buffer is
@@ -117,19 +110,6 @@ class KernelSpan:
     stream: int
 
 
-class KernelLike(Protocol):
-    """What `call_samples` reads of a kernel: `KernelSpan` here, the reply's model there."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def start_ns(self) -> int: ...
-    @property
-    def end_ns(self) -> int: ...
-    @property
-    def stream(self) -> int: ...
-
-
 def split_by_launch(
     kernels: Sequence[KernelActivity], apis: Sequence[ApiActivity], t0: int, t1: int
 ) -> tuple[list[KernelActivity], list[KernelActivity], list[KernelActivity]]:
@@ -174,21 +154,6 @@ def launched_elsewhere(
 def incomplete(kernels: Sequence[KernelActivity]) -> list[KernelActivity]:
     """Records without usable timestamps (CUPTI writes 0 when it could not collect them)."""
     return [k for k in kernels if k.start <= 0 or k.end <= 0 or k.end < k.start]
-
-
-def union_ns(intervals: Sequence[tuple[int, int]]) -> int:
-    """Total length of the union of [start, end] intervals: concurrent kernels count once."""
-    total, cur_start, cur_end = 0, None, None
-    for start, end in sorted(intervals):
-        if cur_end is None or cur_start is None or start > cur_end:
-            if cur_end is not None and cur_start is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None and cur_start is not None:
-        total += cur_end - cur_start
-    return total
 
 
 def _matching_close(text: str, close_at: int, open_ch: str, close_ch: str) -> int:
@@ -268,132 +233,6 @@ def kernel_name(raw: str) -> str:
     """The name rows show for a CUPTI kernel name: demangled, then reduced to ncu's base."""
     demangled = _cxa_demangle()(raw) if raw.startswith("_Z") else None
     return base_name(demangled or raw)
-
-
-def call_samples(
-    key: RunKey,
-    latency_ns: float,
-    kernels: Sequence[KernelLike],
-    ignore: Sequence[str] = (),
-) -> list[SampleEvent]:
-    """The judge's samples for one timed call: one duration per kernel, then the span of
-    the kernels the ignore globs keep, then the call's latency."""
-
-    def sample(metric: str, value: float, kernel: str | None = None) -> SampleEvent:
-        return SampleEvent.of(key, metric, value, kernel)
-
-    out = [sample(CUPTI_DURATION, float(k.end_ns - k.start_ns), k.name) for k in kernels]
-    kept = [k for k in kernels if not any(fnmatch.fnmatchcase(k.name, p) for p in ignore)]
-    if kept:
-        out.append(sample(CUPTI_SPAN, float(union_ns([(k.start_ns, k.end_ns) for k in kept]))))
-    out.append(sample(CUPTI_LATENCY, float(latency_ns)))
-    return out
-
-
-def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[str]) -> Records:
-    """Per-kernel samples -> records, one launch (``seq``) per kernel sample.
-
-    A per-call sample (span, latency: no kernel name) is filed under the call's first kernel
-    that the ignore globs keep, so it adds no launch to the run's kernel count and survives
-    the same globs; a call without kernels files none (the run is then 'no_kernels', as
-    under ncu). Two per-call samples of one metric for a run refuse the run.
-    """
-    by_run: dict[RunKey, list[tuple[int, SampleEvent]]] = {}
-    for seq, s in enumerate(samples):
-        by_run.setdefault(RunKey(s.annotation, s.config_id, s.run), []).append((seq, s))
-    records: list[KernelRecord] = []
-    failures: list[Failure] = []
-    for key, items in by_run.items():
-        launches = [(seq, s) for seq, s in items if s.kernel is not None]
-        kept = [
-            (seq, s)
-            for seq, s in launches
-            if not any(fnmatch.fnmatchcase(s.kernel or "", p) for p in ignore)
-        ]
-        anchor = (kept or launches)[0] if launches else None
-        per_call = [s for _seq, s in items if s.kernel is None]
-        metrics = [s.metric for s in per_call]
-        twice = sorted({m for m in metrics if metrics.count(m) > 1})
-        if twice:
-            failures.append(
-                Failure(
-                    Annotation=key.annotation,
-                    ConfigId=key.config_id,
-                    Run=key.run,
-                    ErrorClass=ErrorClass.PROFILER_ERROR,
-                    Error=f"two {', '.join(twice)} samples arrived for run {key.run}; "
-                    "the run is refused",
-                )
-            )
-            continue
-        for seq, s in launches:
-            name = s.kernel or ""
-            records.append(KernelRecord(key, name, name, s.metric, s.value, s.unit, seq))
-        if anchor is not None:
-            seq, first = anchor
-            name = first.kernel or ""
-            records += [
-                KernelRecord(key, name, name, s.metric, s.value, s.unit, seq) for s in per_call
-            ]
-    return Records(records, list(CUPTI_METRICS), None, failures)
-
-
-HOST_BOUND_RATIO = 5.0
-"""A call is host-bound when its latency is more than this many times its kernel time..."""
-HOST_BOUND_MIN_NS = 50_000.0
-"""... and more than this (50 us) in all: a 10 us launch on a 1 us kernel is no news. On the
-H200 torch softmax took 80-116 us per call for 11-55 us of kernels, a Triton softmax 161 us
-for 9-32 us (its Python launcher): the small shapes are host-bound, the large torch one not."""
-
-
-def host_bound_reason(device_ns: float | None, latency_ns: float | None) -> str | None:
-    """The Reason for a host-bound call (medians of one annotation and config), or None."""
-    if device_ns is None or latency_ns is None or device_ns < 0:
-        return None
-    if latency_ns <= HOST_BOUND_MIN_NS or latency_ns <= HOST_BOUND_RATIO * device_ns:
-        return None
-    times = f"{latency_ns / device_ns:.1f}x" if device_ns > 0 else "far more than"
-    return (
-        f"host-bound calls: the call's host-inclusive latency ({CUPTI_LATENCY}, median "
-        f"{latency_ns / 1e3:.3g} us) is {times} its kernel time ({device_ns / 1e3:.3g} us; "
-        f"flagged above {HOST_BOUND_RATIO:g}x and {HOST_BOUND_MIN_NS / 1e3:g} us): launch and "
-        "Python overhead dominate what a caller pays, and kernel time (cupti's or ncu's) "
-        "understates it. Compare kernels by kernel time; to make calls cheaper, launch less "
-        "(fused kernels, CUDA graphs, a lighter launcher)"
-    )
-
-
-def flag_host_bound(rows: Sequence[Row]) -> list[Row]:
-    """cupti rows of host-bound calls get the reason on their kernel-time and latency rows.
-
-    Per (annotation, config, stage): kernel time is the `cupti__time_duration.sum` row's
-    median (the `cupti__kernel_span` row's when that one has no value, e.g. several kernels
-    under combine 'none'). A note, not a verdict: the numbers stand, Trust is unchanged.
-    Rows of other backends pass through untouched (they carry no cupti metrics).
-    """
-    medians: dict[tuple[str, int, str | None], dict[str, float | None]] = {}
-    for r in rows:
-        if r.Metric in CUPTI_METRICS:
-            medians.setdefault((r.Annotation, r.ConfigId, r.Stage), {})[r.Metric] = r.MedianValue
-    reasons: dict[tuple[str, int, str | None], str] = {}
-    for group, m in medians.items():
-        device = m.get(CUPTI_DURATION)
-        reason = host_bound_reason(
-            device if device is not None else m.get(CUPTI_SPAN), m.get(CUPTI_LATENCY)
-        )
-        if reason is not None:
-            reasons[group] = reason
-    out = []
-    for r in rows:
-        reason = reasons.get((r.Annotation, r.ConfigId, r.Stage))
-        if (
-            reason is not None
-            and r.Metric in (CUPTI_DURATION, CUPTI_LATENCY)
-            and reason not in r.Reasons
-        ):
-            r = r.model_copy(update={"Reasons": [*r.Reasons, reason]})
-        out.append(r)
-    return out
 
 
 # -- child side: the timer in the contestant ----------------------------------------------

@@ -22,8 +22,8 @@ Rules (docs/stages.md, "Cross-check", has the same table):
    kernels differed by -8.0 to +1.3 % (ncu's duration carries about 1 us more on 10-55 us
    kernels). Higher cupti times are not flagged: contention and clocks make them honest.
 3. host-bound calls (cupti screen): the screen's latency far above its kernel time
-   (`collectors.cupti.host_bound_reason`): the note goes onto the profile stage's time row
-   too, since ncu's kernel time alone understates what a caller pays.
+   (`collectors.cupti_samples.host_bound_reason`): the note goes onto the profile stage's
+   time row too, since ncu's kernel time alone understates what a caller pays.
 
 Pure functions over result models; the metric names come from the caller (the backends'
 `default_metric`), so no backend name is compared here.
@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nsight_core.collectors.cupti import (
+from nsight_core.collectors.cupti_samples import (
     CUPTI_DURATION,
     CUPTI_LATENCY,
     CUPTI_SPAN,

@@ -23,8 +23,10 @@ Contract:
   beyond ``max_results`` or older than ``max_age_days`` are deleted. Queued and running
   results are never pruned.
 
-Size: about 700 lines: the store is one on-disk format (files, index, locks, retention,
-recovery) whose invariants are easier to keep in one place than across modules.
+This module is the store object: the index, owner locks, recovery and retention. A result's
+on-disk form (ids, file names, atomic writes, the schema check) is `store.files`; what a
+listing shows, and the index's search, is `store.listing`. ``__all__`` keeps the names
+callers import from here.
 """
 
 from __future__ import annotations
@@ -33,31 +35,66 @@ import contextlib
 import json
 import logging
 import os
-import re
-import secrets
 import shutil
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import platformdirs
-from jsonschema.validators import validator_for  # type: ignore[import-untyped, unused-ignore]
-from pydantic import BaseModel, ConfigDict, Field
 
-from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.plan.config import MAX_AGE_DAYS_ENV, MAX_RESULTS_ENV, EngineConfig
 from nsight_core.protocol import JOB_ARTIFACTS
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
-from nsight_core.settings import JobSettings
+from nsight_core.store.files import (
+    INDEX_FILE,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    RESULT_FILE,
+    RESULT_ID_LEN,
+    RESULT_ID_PATTERN,
+    CorruptResultError,
+    new_result_id,
+    result_validator,
+    validate_result_id,
+    warm_result_validator,
+    write_atomic,
+)
+from nsight_core.store.listing import (
+    ResultFilter,
+    ResultPage,
+    ResultSummary,
+    index_keys,
+    query_page,
+    summary_of,
+)
 from nsight_core.store.manifest import result_manifest
+
+__all__ = [
+    "DEFAULT_MAX_RESULTS",
+    "INDEX_FILE",
+    "LOCK_FILE",
+    "MANIFEST_FILE",
+    "RESULT_FILE",
+    "RESULT_ID_PATTERN",
+    "TERMINAL",
+    "CorruptResultError",
+    "ResultFilter",
+    "ResultPage",
+    "ResultStore",
+    "ResultSummary",
+    "Retention",
+    "default_store_root",
+    "validate_result_id",
+    "warm_result_validator",
+    "write_atomic",
+]
 
 try:  # POSIX: owner locks; elsewhere a cut-off job is only detected by its owner's pid.
     import fcntl
@@ -70,16 +107,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_RESULTS = 1000
 """Keep this many finished results by default: enough for long agent sessions, and small
 enough (a result is typically well under 1 MB plus its report) to never fill a disk."""
-
-INDEX_FILE = "index.sqlite3"
-MANIFEST_FILE = "manifest.json"
-RESULT_FILE = "result.json"
-LOCK_FILE = ".owner.lock"
-
-RESULT_ID_PATTERN = r"^r\d{8}T\d{9}-[0-9a-f]{8}$"
-"""'r', UTC date, 'T', time to the millisecond, '-', 8 random hex digits: ids sort by time."""
-_RESULT_ID_LEN = 28
-_RESULT_ID_RE = re.compile(RESULT_ID_PATTERN)
 
 _ENGINE_FILES = JOB_ARTIFACTS
 
@@ -101,16 +128,6 @@ CREATE TABLE IF NOT EXISTS result_keys (
 CREATE INDEX IF NOT EXISTS result_keys_by_id ON result_keys(result_id);
 CREATE INDEX IF NOT EXISTS results_by_status ON results(status);
 """
-
-
-class CorruptResultError(Exception):
-    """A stored file is unreadable or fails the ProfileResult schema."""
-
-    def __init__(self, result_id: str, path: Path, detail: str) -> None:
-        super().__init__(f"stored result {result_id} is corrupt: {path}: {detail}")
-        self.result_id = result_id
-        self.path = path
-        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -147,138 +164,11 @@ class Retention:
         )
 
 
-class ResultSummary(BaseModel):
-    """One past result in a listing: enough to choose which one to read in full."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    result_id: str
-    status: JobStatus
-    created_at: str = Field(description="When the job was queued (ISO 8601, UTC).")
-    finished_at: str | None = None
-    backend: str
-    reference: str
-    candidates: list[str]
-    num_configs: int
-    metrics: list[str] = Field(description="Metrics measured (requested ones until it finishes).")
-    message: str = ""
-    num_rows: int = 0
-    num_failures: int = 0
-    headlines: list[str] = Field(
-        default_factory=list,
-        description="One line per candidate: correctness and speedup range over configs.",
-    )
-
-
-@dataclass(frozen=True)
-class ResultFilter:
-    """Which results a listing returns; every field that is set must match."""
-
-    status: JobStatus | None = None
-    annotation: str | None = None
-    config_id: int | None = None
-    metric: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-
-
-@dataclass(frozen=True)
-class ResultPage:
-    """A page of a listing, newest first; pass `next_cursor` to get the next one."""
-
-    summaries: list[ResultSummary]
-    next_cursor: str | None
-    total: int
-
-
 def default_store_root(config: EngineConfig | None = None) -> Path:
     """The configured root (NSPY_MCP_STORE), else the user data dir's ``nspy-mcp/results``."""
     if config is not None and config.store_root is not None:
         return config.store_root
     return Path(platformdirs.user_data_dir("nspy-mcp", appauthor=False)) / "results"
-
-
-def validate_result_id(result_id: str) -> str:
-    """Return the id if it is one of ours; otherwise raise invalid_request."""
-    if (
-        not isinstance(result_id, str)
-        or len(result_id) != _RESULT_ID_LEN
-        or _RESULT_ID_RE.fullmatch(result_id) is None
-    ):
-        raise NsightCoreError(
-            ErrorClass.INVALID_REQUEST,
-            f"{result_id!r} is not a result id",
-            "pass a result_id exactly as profile_candidates or a listing returned it, "
-            "e.g. 'r20261201T120000123-0a1b2c3d'; list results by calling read_results "
-            "without result_id",
-        )
-    return result_id
-
-
-def new_result_id(now: datetime) -> str:
-    stamp = now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}"
-    return f"r{stamp}-{secrets.token_hex(4)}"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so readers see the old file or the new one, never a mix."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
-@cache
-def _result_validator() -> Any:
-    schema = ProfileResult.model_json_schema()
-    cls = validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
-def warm_result_validator() -> None:
-    """Build the validator stored results are checked with, once per process: checking the
-    schema itself takes about 0.3 s, which a server's first request paid unless its start-up
-    thread (``nspy-mcp serve``) did this first."""
-    _result_validator()
-
-
-def _speedup_span(values: Sequence[float]) -> str:
-    lo, hi = min(values), max(values)
-    return f"{lo:.3g}x" if abs(hi - lo) < 5e-4 * max(abs(hi), 1e-12) else f"{lo:.3g}x..{hi:.3g}x"
-
-
-def _headlines(result: ProfileResult, request: ProfileRequest) -> list[str]:
-    lines = []
-    for cand in request.candidates:
-        checks = [c for c in result.correctness if c.Annotation == cand]
-        failed = [c for c in checks if not c.Passed]
-        comps = [c for c in result.comparisons if c.Annotation == cand and c.Speedup is not None]
-        parts = []
-        if failed:
-            classes = sorted({str(c.ErrorClass or "incorrect") for c in failed})
-            parts.append(
-                f"failed check on {len(failed)}/{len(checks)} configs ({', '.join(classes)})"
-            )
-        elif checks:
-            parts.append("correct")
-        if comps:
-            resolvable = sum(1 for c in comps if c.Resolvable)
-            span = _speedup_span([c.Speedup for c in comps if c.Speedup is not None])
-            parts.append(f"speedup {span} ({resolvable}/{len(comps)} resolvable)")
-        if parts:
-            lines.append(f"{cand}: " + "; ".join(parts))
-    return lines
-
-
-def _measured_metrics(request: ProfileRequest) -> list[str]:
-    return get_backend(request.backend).measures(JobSettings.of_request(request))
 
 
 class ResultStore:
@@ -414,7 +304,7 @@ class ResultStore:
                 "(it may have been pruned by the retention limit)",
             )
         data = self._read_json(result_id, path)
-        errors = sorted(_result_validator().iter_errors(data), key=lambda e: list(e.path))
+        errors = sorted(result_validator().iter_errors(data), key=lambda e: list(e.path))
         if errors:
             first = errors[0]
             raise CorruptResultError(
@@ -457,54 +347,7 @@ class ResultStore:
         self, filt: ResultFilter | None = None, *, limit: int = 20, cursor: str | None = None
     ) -> ResultPage:
         """Results matching `filt`, newest first; `cursor` is a page's `next_cursor`."""
-        filt = filt or ResultFilter()
-        if limit < 1:
-            raise ValueError("limit must be >= 1")
-        where: list[str] = ["1 = 1"]
-        args: list[object] = []
-        if filt.status is not None:
-            where.append("r.status = ?")
-            args.append(filt.status)
-        if filt.since is not None:
-            where.append("r.created_ts >= ?")
-            args.append(filt.since.timestamp())
-        if filt.until is not None:
-            where.append("r.created_ts <= ?")
-            args.append(filt.until.timestamp())
-        key_terms = [
-            (col, val)
-            for col, val in (
-                ("annotation", filt.annotation),
-                ("config_id", filt.config_id),
-                ("metric", filt.metric),
-            )
-            if val is not None
-        ]
-        if key_terms:
-            cond = " AND ".join(f"k.{col} = ?" for col, _ in key_terms)
-            where.append(
-                f"EXISTS (SELECT 1 FROM result_keys k WHERE k.result_id = r.result_id AND {cond})"
-            )
-            args.extend(val for _, val in key_terms)
-        base = " AND ".join(where)
-        page_where, page_args = base, list(args)
-        if cursor is not None:
-            page_where += " AND r.result_id < ?"
-            page_args.append(validate_result_id(cursor))
-        with self._db() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM results r WHERE {base}", args).fetchone()[0]
-            rows = db.execute(
-                f"SELECT summary FROM results r WHERE {page_where} "
-                "ORDER BY r.result_id DESC LIMIT ?",
-                [*page_args, limit + 1],
-            ).fetchall()
-        summaries = [ResultSummary.model_validate_json(r[0]) for r in rows[:limit]]
-        more = len(rows) > limit
-        return ResultPage(
-            summaries=summaries,
-            next_cursor=summaries[-1].result_id if more and summaries else None,
-            total=int(total),
-        )
+        return query_page(self._db, filt, limit=limit, cursor=cursor)
 
     # -- index -------------------------------------------------------------------------
 
@@ -542,7 +385,7 @@ class ResultStore:
     def _reindex(self) -> None:
         """Rebuild the index from the result directories (the index is derived data)."""
         for rdir in sorted(self.root.iterdir()):
-            if not rdir.is_dir() or len(rdir.name) != _RESULT_ID_LEN:
+            if not rdir.is_dir() or len(rdir.name) != RESULT_ID_LEN:
                 continue
             try:
                 validate_result_id(rdir.name)
@@ -554,30 +397,8 @@ class ResultStore:
             self._upsert(result, request, _parse_ts(result.created_at))
 
     def _upsert(self, result: ProfileResult, request: ProfileRequest, created_ts: float) -> None:
-        summary = ResultSummary(
-            result_id=result.result_id,
-            status=result.status,
-            created_at=result.created_at,
-            finished_at=result.finished_at,
-            backend=request.backend,
-            reference=request.reference,
-            candidates=list(request.candidates),
-            num_configs=len(request.configs),
-            metrics=sorted({r.Metric for r in result.rows}) or _measured_metrics(request),
-            message=result.message,
-            num_rows=len(result.rows),
-            num_failures=len(result.failures) + (1 if result.error else 0),
-            headlines=_headlines(result, request),
-        )
-        if result.rows:
-            keys = sorted({(r.Annotation, r.ConfigId, r.Metric) for r in result.rows})
-        else:
-            keys = [
-                (a, c, m)
-                for a in request.annotations
-                for c in range(len(request.configs))
-                for m in _measured_metrics(request)
-            ]
+        summary = summary_of(result, request)
+        keys = index_keys(result, request)
         with self._db() as db:
             db.execute(
                 "INSERT INTO results (result_id, status, created_ts, summary) VALUES (?, ?, ?, ?) "

@@ -15,14 +15,13 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from nsight_core.collectors.base import Wrapped
-from nsight_core.collectors.cupti import (
-    CUPTI,
+from nsight_core.collectors.cupti import CUPTI, KernelSpan
+from nsight_core.collectors.cupti_samples import (
     CUPTI_DURATION,
     CUPTI_LATENCY,
     CUPTI_SPAN,
     HOST_BOUND_MIN_NS,
     HOST_BOUND_RATIO,
-    KernelSpan,
     call_samples,
     flag_host_bound,
     host_bound_reason,

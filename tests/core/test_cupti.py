@@ -20,21 +20,23 @@ from nsight_core.collectors import backend_names, get_backend
 from nsight_core.collectors.base import Wrapped
 from nsight_core.collectors.cupti import (
     CUPTI,
-    CUPTI_DURATION,
-    CUPTI_LATENCY,
-    CUPTI_METRICS,
-    CUPTI_SPAN,
     ApiActivity,
     KernelActivity,
     KernelSpan,
     base_name,
-    call_samples,
     harness_thread,
     incomplete,
     kernel_name,
     launch_cbids,
     launched_elsewhere,
     split_by_launch,
+)
+from nsight_core.collectors.cupti_samples import (
+    CUPTI_DURATION,
+    CUPTI_LATENCY,
+    CUPTI_METRICS,
+    CUPTI_SPAN,
+    call_samples,
     union_ns,
 )
 from nsight_core.errors import ErrorClass, NsightCoreError

@@ -15,6 +15,7 @@ from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.plan.config import STORE_ENV, EngineConfig
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Comparison, Correctness, ProfileResult, Row
+from nsight_core.store.files import result_validator
 from nsight_core.store.result_store import (
     INDEX_FILE,
     MANIFEST_FILE,
@@ -23,7 +24,6 @@ from nsight_core.store.result_store import (
     ResultFilter,
     ResultStore,
     Retention,
-    _result_validator,
     default_store_root,
     validate_result_id,
     warm_result_validator,
@@ -127,11 +127,11 @@ def test_a_finished_result_reads_back_from_a_new_store_on_the_same_root(tmp_path
 def test_the_warmed_validator_is_the_one_results_are_read_with(tmp_path: Path) -> None:
     """A server warms the validator at start; reading a result afterwards builds none."""
     warm_result_validator()
-    built = _result_validator.cache_info().misses
+    built = result_validator.cache_info().misses
     store = ResultStore(tmp_path)
     placeholder = store.create(_request())
     assert store.load(placeholder.result_id).result_id == placeholder.result_id
-    info = _result_validator.cache_info()
+    info = result_validator.cache_info()
     assert info.currsize == 1 and info.misses == built and info.hits >= 1
 
 

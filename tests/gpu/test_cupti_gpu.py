@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.collectors.cupti import CUPTI_DURATION, CUPTI_LATENCY, CUPTI_SPAN
+from nsight_core.collectors.cupti_samples import CUPTI_DURATION, CUPTI_LATENCY, CUPTI_SPAN
 from nsight_core.pipeline import run_profile_job
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, Row

@@ -40,7 +40,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 import bench_softmax  # noqa: E402  (the raw ncu baseline lives there)
 
-from nsight_core.collectors.cupti import CUPTI_DURATION, CUPTI_LATENCY  # noqa: E402
+from nsight_core.collectors.cupti_samples import CUPTI_DURATION, CUPTI_LATENCY  # noqa: E402
 from nsight_core.processes.standby import StandbyPool  # noqa: E402
 
 NCU_TIME = "gpu__time_duration.sum"
