@@ -19,9 +19,9 @@ wraps them; anything else is used as it is.
 - **A KernelBench input maker** (``get_inputs`` in a module that also defines
   ``get_init_inputs``): its list becomes positional arguments. Where CUDA is available it
   runs with CUDA as the default device and its tensors are moved there, since KernelBench's
-  files make CPU tensors that its harness moves to the GPU. Loading one tells the judge's
-  verdict (`kernelbench_tolerance`) that outputs are compared with KernelBench's
-  tolerances when the request sets none.
+  files make CPU tensors that its harness moves to the GPU. Loading one, or a reference that
+  is a model class, tells the judge's verdict (`kernelbench_tolerance`) that outputs are
+  compared with KernelBench's tolerances when the request sets none.
 - **A GPU MODE input maker** (``generate_input`` of a task's ``reference.py``: a function
   with a ``seed`` parameter in a module that defines ``check_implementation``): it is called
   with the config (a test of ``task.yml``) and ``seed`` replaced by a fresh value drawn from
@@ -104,7 +104,8 @@ def adapt(target: object, module: ModuleType, attr: str) -> object:
     if _is_module_class(target):
         assert isinstance(target, type)
         own = _function(module, "get_init_inputs")
-        if first and own is not None:
+        if first:  # the reference
+            _state.kind = _state.kind or "kernelbench"
             _state.init_inputs = own
         return module_caller(target, _state.init_inputs or own)
     if not inspect.isfunction(target):

@@ -110,6 +110,18 @@ def test_a_kernelbench_model_is_built_like_kernelbench_builds_it_and_runs_withou
     assert torch.equal(out, expected)
     assert not out.requires_grad  # KernelBench calls its models under no_grad
     assert model.__name__ == "Model"  # the contestant watches the reference's module by it
+    assert formats.problem_kind() == "kernelbench"  # a model-class reference: its tolerances
+
+
+def test_a_model_class_after_a_function_reference_uses_its_own_init_inputs(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "plain.py", "def ref(x):\n    return x\n")
+    write(tmp_path, "problem.py", PROBLEM)
+    load_callable("plain.py:ref", workdir=tmp_path, source_file=None)  # the reference
+    model = load_callable("problem.py:Model", workdir=tmp_path, source_file=None)
+    assert tuple(model(torch.rand(4, 8)).shape) == (4, 8)  # built from get_init_inputs
+    assert formats.problem_kind() is None  # not a KernelBench problem: our tolerances
 
 
 def test_a_candidate_class_gets_the_references_init_inputs_and_the_same_weights(
