@@ -13,9 +13,7 @@ Statistics are computed in this process, from the report or from raw per-run sam
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import shutil
 import sys
 import threading
 import time
@@ -26,14 +24,11 @@ from nsight_core.collectors.base import Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
-from nsight_core.processes.launch import LaunchPlan
 from nsight_core.processes.sandbox import SandboxLimits, run_sandboxed
-from nsight_core.processes.seat import plan_launch
 from nsight_core.processes.standby import StandbyKey, StandbyPool
 from nsight_core.protocol import (
     EVENTS_FILE,
     JOB_ARTIFACTS,
-    JUDGE_DIR,
     NCU_LOG_FILE,
     REPORT_FILE,
     JobSpec,
@@ -129,38 +124,20 @@ def run_planned(
     plan.write_source()
     plan.job_spec().write(job_dir)
     tail = EventTail(job_dir / EVENTS_FILE, on_progress)
-    key = StandbyKey.of(plan.launch, plan.env, plan.memory_bytes) if standby is not None else None
+    key = StandbyKey.of(plan.launch, plan.env, plan.memory_bytes)
+    # One start path: the pool's judge pre-started for this key, else one started for it
+    # now and handed the job at once; without a pool (pre-started judges off), a pool of
+    # this job alone.
+    pool = standby if standby is not None else StandbyPool(capacity=1)
     _settle(standby, waits)  # also before a job that will not use it: nothing may overlap
     t0 = time.monotonic()
-    outcome = None
-    launch: LaunchPlan | None = None
-    if standby is not None and key is not None:
-        outcome = standby.run(
-            key,
-            job_dir,
-            wall_s=plan.judge_limit_s,
-            poll=tail.poll,
-            cancel=cancel,
-        )
-    if outcome is None:
-        # The contestant's command, so the judge can start it before its own imports.
-        # Without a plan the judge makes the command itself, and reports what failed.
-        with contextlib.suppress(Exception):
-            launch = plan_launch(plan.launch, job_dir)
-            launch.write(job_dir)
-        outcome = run_sandboxed(
-            [sys.executable, "-P", "-m", "nsight_core.judge.boot", str(job_dir)],
-            cwd=job_dir,
-            limits=SandboxLimits(wall_s=plan.judge_limit_s, memory_bytes=plan.memory_bytes),
-            env=plan.env,
-            cancel=cancel,
-            poll=tail.poll,
-            output_dir=job_dir / JUDGE_DIR,
-        )
+    try:
+        outcome = pool.run(key, job_dir, wall_s=plan.judge_limit_s, poll=tail.poll, cancel=cancel)
+    finally:
+        if standby is None:
+            pool.close()  # its judge's end, if it released the job first
     wall_s = time.monotonic() - t0
-    if launch is not None:  # the judge removes it; not if it died before it could
-        shutil.rmtree(launch.private, ignore_errors=True)
-    if standby is not None and key is not None:
+    if standby is not None:
         standby.refill(key)
     tail.poll()
     events = read_events(job_dir / EVENTS_FILE)

@@ -1,9 +1,8 @@
 """The judge: makes the inputs, runs the reference, checks every output. Never imports candidates.
 
-``python -P -m nsight_core.judge.boot JOB_DIR`` (which starts the contestant, then this) is
-what the pipeline starts for a request, or
-``--standby DIR`` before the request exists (standby.py: the same steps, with the job handed
-over on a socket once the contestant is up). It
+Started by judge/boot.py (which starts the contestant, then imports this), before or just
+as its job exists: the job is handed over on a socket (processes/standby.py), at once for a
+cold job, later for a pre-started judge; one path either way. It
 
 1. draws a seed from the OS (`secrets`) that never leaves this process, and starts the
    contestant (contestant.py, via seat.py) in a private temporary directory outside the
@@ -20,8 +19,8 @@ over on a socket once the contestant is up). It
 A candidate that fails a check is called no more on that config, and none of its timed runs
 on that config is reported.
 
-Size: about 700 lines because the judge is one trust boundary: everything in it runs in
-the process that may be trusted with verdicts, and nothing else should import it.
+The judge is one trust boundary: everything in this module runs in the process that may be
+trusted with verdicts, and nothing else should import it.
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ from nsight_core.judge.verdict import (
 from nsight_core.processes.launch import Channel, ContestantGone, ContestantProcess, Launched
 from nsight_core.processes.sandbox import (
     process_age_s,
-    watch_parent_pipe,
 )
 from nsight_core.processes.seat import Seat
 from nsight_core.protocol import (
@@ -97,7 +95,6 @@ from nsight_core.runtime.process import (
     FRAMEWORKS,
     PRESTART_FRAMEWORKS,
     EventWriter,
-    exit_now,
     failure_event,
     init_cuda,
     preload_frameworks,
@@ -684,6 +681,10 @@ def check_path_once(device: str) -> Tally:
     return tally
 
 
+COLD_HANDOVER_S = 60.0
+"""How long a cold judge waits for the job its server hands over as soon as it can connect."""
+
+
 def _read_job(job_dir: Path) -> JobSpec | str:
     try:
         job = JobSpec.model_validate_json((job_dir / JOB_FILE).read_text())
@@ -703,7 +704,9 @@ def peer_pid(conn: socket.socket) -> int:
     return int(struct.unpack("3i", creds)[0])
 
 
-def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, JobSpec] | None:
+def _wait_for_job(
+    listener: socket.socket, seat: Seat, *, cold: bool = False
+) -> tuple[Path, JobSpec] | None:
     """A pre-started judge's wait: one job directory, handed over on ``listener``.
 
     It answers ``ok`` once the job is taken, or why not (another spec, a bad file), so the
@@ -711,7 +714,10 @@ def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, JobSpec] |
     was refused; this judge then exits and the pool starts a fresh one.
     """
     listener.settimeout(0.2)
-    while seat.proc.alive():
+    # A cold judge's job is on its way whatever its contestant does: a contestant that ended
+    # at its start is the job's failure to report, not a reason to leave without the job.
+    end = time.monotonic() + COLD_HANDOVER_S
+    while seat.proc.alive() or (cold and time.monotonic() < end):
         try:
             conn, _ = listener.accept()
         except TimeoutError:
@@ -741,53 +747,44 @@ def _wait_for_job(listener: socket.socket, seat: Seat) -> tuple[Path, JobSpec] |
 
 
 def main(
-    argv: list[str],
-    launched: Launched | None = None,
+    home: Path,
     *,
-    watched: bool = False,
+    prestarted: bool,
+    launched: Launched | None = None,
     early: EarlyCuda | None = None,
 ) -> int:
-    """``judge JOB_DIR`` (a job known at start) or ``judge --standby DIR`` (pre-started by
-    standby.py: start the contestant, then wait for a job directory on DIR's socket).
+    """Seat the contestant for HOME's `LaunchSpec`, take the job handed over on HOME's
+    socket and run it (judge/boot.py is the entry point and has watched the parent pipe).
 
-    ``launched``: the contestant judge_boot.py already started from the job's launch plan,
-    before this module was imported; ``watched``: judge_boot.py started the parent-pipe
-    watch already; ``early``: the CUDA context judge_boot.py began on a side thread."""
-    if not watched:
-        watch_parent_pipe()  # die with the pipeline's server, whatever kills it
+    ``prestarted``: started before any job (a standby): it waits until its contestant is up,
+    says so (the ready file), then for a job; a cold judge takes its job at once, and its
+    start-up counts against the job's limit. ``launched``: the contestant boot.py started
+    from the server's plan; ``early``: the CUDA context boot.py began on a side thread."""
     release_fd = _release_fd()
-    standby = len(argv) == 3 and argv[1] == "--standby"
-    if len(argv) != 2 and not standby:
-        sys.stderr.write("usage: python -m nsight_core.judge.core JOB_DIR | --standby DIR\n")
+    try:
+        spec = LaunchSpec.model_validate_json((home / STANDBY_FILE).read_text())
+    except (OSError, ValidationError) as exc:
+        sys.stderr.write(f"nsight_core.judge.core: bad launch file: {exc}\n")
+        if launched is not None:
+            launched.proc.cancel.set()
         return int(JobExit.BAD_JOB)
-    home = Path(argv[-1]).resolve()
-    listener: socket.socket | None = None
-    if standby:
-        try:
-            spec = LaunchSpec.model_validate_json((home / STANDBY_FILE).read_text())
-        except (OSError, ValidationError) as exc:
-            sys.stderr.write(f"nsight_core.judge.core: bad standby file: {exc}\n")
-            return int(JobExit.BAD_JOB)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(home / STANDBY_SOCKET))
-        listener.listen(1)
-    else:
-        job_or_why = _read_job(home)
-        if isinstance(job_or_why, str):
-            sys.stderr.write(f"nsight_core.judge.core: {job_or_why}\n")
-            if launched is not None:
-                launched.proc.cancel.set()
-            return int(JobExit.BAD_JOB)
-        assert job_or_why.launch is not None  # _read_job refuses a job without one
-        spec = job_or_why.launch
-    seat = Seat(spec, home, prestarted=standby, launched=launched)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(home / STANDBY_SOCKET))
+    listener.listen(1)
+    seat = Seat(spec, home, prestarted=prestarted, launched=launched)
     # This process's start until its contestant was spawned.
     spawn_s = seat.started - time.monotonic() + process_age_s()
+    taken: tuple[Path, JobSpec] | None = None
+    if not prestarted:
+        # A cold judge's job is handed over at once; the job's first step waits for the
+        # contestant, so one that never starts is that job's failure, in its events.
+        taken = _wait_for_job(listener, seat, cold=True)
     # While the contestant starts: this process's own frameworks and CUDA context.
-    preload_frameworks(PRESTART_FRAMEWORKS if standby else FRAMEWORKS)
+    preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
     init_cuda(early)
     warm_checks()  # cold or pre-started, the contestant takes longer to start than this
-    if listener is not None:
+    idle0 = time.monotonic()
+    if prestarted:
         try:
             seat.wait_ready(START_TIMEOUT_S)
         except (ContestantGone, TimeoutError, ValueError) as exc:
@@ -799,23 +796,17 @@ def main(
         (home / READY_FILE).touch()  # the pool waits for this before any job runs
         idle0 = time.monotonic()
         taken = _wait_for_job(listener, seat)
-        listener.close()
-        if taken is None:
-            seat.close()
-            return int(JobExit.OK)
-        job_dir, job = taken
-        spawn_s = 0.0
-        idle_s = time.monotonic() - idle0
-    else:
-        assert not isinstance(job_or_why, str)
-        job_dir, job = home, job_or_why
-        idle_s = 0.0
+    listener.close()
+    if taken is None:
+        seat.close()
+        return int(JobExit.OK)
+    job_dir, job = taken
     assert job.request is not None
     judge = Judge(job, job.request, job_dir, seat)
-    if standby:
-        judge.phase_seconds["standby_idle"] = round(idle_s, 4)
+    if prestarted:
+        judge.phase_seconds["standby_idle"] = round(time.monotonic() - idle0, 4)
     try:
-        code = judge.run(spawn_s)
+        code = judge.run(0.0 if prestarted else spawn_s)
     except Exception as exc:
         with EventWriter(job_dir / EVENTS_FILE) as events:
             events.emit(failure_event("<judge>", "profile", exc))
@@ -842,9 +833,3 @@ def release(fd: int | None, code: int) -> None:
     with contextlib.suppress(OSError):
         os.write(fd, f"{code}\n".encode())
         os.close(fd)
-
-
-if __name__ == "__main__":
-    # events.jsonl is closed and the contestant has ended: skip the interpreter's teardown
-    # (0.5-0.9 s with torch loaded), which every job would wait for.
-    exit_now(main(sys.argv))

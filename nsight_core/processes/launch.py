@@ -3,8 +3,8 @@
 A cold job's critical path is the contestant's start: Python, torch, CUDA (under ncu for
 that backend). The judge's own imports (pydantic models, the backends, the checker) took
 0.2-0.3 s before it could spawn the contestant. So the server, which has all of that loaded,
-writes the contestant's exact command into the job directory as a `LaunchPlan`; the judge's
-entry point (judge_boot.py) reads it with the standard library, binds the contestant's
+writes the contestant's exact command into the judge's home as a `LaunchPlan`; the judge's
+entry point (judge/boot.py) reads it with the standard library, binds the contestant's
 socket and starts it, and only then imports the judge. The plan holds no seed, no request
 and no candidate code: only what the backend wraps the contestant in.
 
@@ -46,7 +46,7 @@ def socket_home(prefix: str) -> Path:
 
 """The contestant's first line: frameworks, CUDA context and timer are up; now the job."""
 LAUNCH_FILE = "launch.json"
-"""A cold job's `LaunchPlan`, written by the server into the job directory."""
+"""A judge's `LaunchPlan`, written by the server into the judge's home (standby.py)."""
 CONTESTANT_ENV_PREFIX = "NSPY_CONTESTANT_"
 """Variables the judge gets for its contestant (pipeline.jit_cache_env), prefix removed."""
 IDLE_LIMIT_S = 24 * 3600.0

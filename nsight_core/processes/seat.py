@@ -29,7 +29,8 @@ from nsight_core.runtime.files import READY_LINE
 
 def plan_launch(spec: LaunchSpec, out_dir: Path, *, prestarted: bool = False) -> LaunchPlan:
     """The contestant's command for ``spec`` as its backend wraps it, in a fresh private
-    directory; made by the server for a cold job (judge_boot.py starts it) or by the judge."""
+    directory; made by the server for every judge (judge/boot.py starts it), or by the judge
+    when the server's plan could not be read."""
     backend = get_backend(spec.backend)
     private = socket_home("nspy-contestant-")
     argv = [

@@ -51,6 +51,7 @@ from nsight_core.processes.sandbox import (
     StreamCapture,
     run_sandboxed,
 )
+from nsight_core.processes.seat import plan_launch
 from nsight_core.protocol import (
     JUDGE_DIR,
     READY_FILE,
@@ -142,7 +143,17 @@ def released(argv: list[str], wall_s: float) -> SandboxOutcome:
 class Standby:
     """One pre-started judge (and, through it, its contestant), run by sandbox.py."""
 
-    def __init__(self, key: StandbyKey, idle_s: float, *, speculative: bool = False) -> None:
+    def __init__(
+        self,
+        key: StandbyKey,
+        idle_s: float,
+        *,
+        speculative: bool = False,
+        prestarted: bool = True,
+    ) -> None:
+        """Start the judge for ``key``: ``prestarted`` before any job (it waits up to
+        ``idle_s``), else cold, for a job handed over at once (``idle_s`` is then the job's
+        own limit). Both go through the same start: judge/boot.py."""
         self.key = key
         self.idle_s = idle_s
         self.speculative = speculative
@@ -150,6 +161,15 @@ class Standby:
         job that arrives while it still starts retires it instead of waiting (`settle`)."""
         self.home = socket_home("nspy-standby-")
         (self.home / STANDBY_FILE).write_text(key.spec)
+        # The contestant's command, so the judge can start it before its own imports.
+        # Without a plan the judge makes the command itself, and reports what failed.
+        self._private: str | None = None
+        with contextlib.suppress(Exception):
+            plan = plan_launch(
+                LaunchSpec.model_validate_json(key.spec), self.home, prestarted=prestarted
+            )
+            plan.write(self.home)
+            self._private = plan.private
         self.deadline = Deadline(idle_s)
         self.cancel = threading.Event()
         self.outcome: SandboxOutcome | None = None
@@ -161,7 +181,8 @@ class Standby:
         # complete (judge.release); only the judge inherits the write end.
         self._release_r, self._release_w = os.pipe()
         env = {**dict(key.env), RELEASE_FD_ENV: str(self._release_w)}
-        argv = [sys.executable, "-P", "-m", "nsight_core.judge.core", "--standby", str(self.home)]
+        mode = "--standby" if prestarted else "--cold"
+        argv = [sys.executable, "-P", "-m", "nsight_core.judge.boot", mode, str(self.home)]
         self.argv = argv
         self._thread = threading.Thread(target=self._run, args=(argv, env), daemon=True)
         self._thread.start()
@@ -260,6 +281,8 @@ class Standby:
             os.close(self._release_r)
             self._release_r = -1
         shutil.rmtree(self.home, ignore_errors=True)
+        if self._private is not None:  # the judge removes it; not if it died before it could
+            shutil.rmtree(self._private, ignore_errors=True)
 
 
 def _read_answer(sock: socket.socket, alive: Callable[[], bool], end: float) -> str:
@@ -329,17 +352,24 @@ class StandbyPool:
         wall_s: float,
         poll: Callable[[], None] | None,
         cancel: threading.Event | None,
-    ) -> SandboxOutcome | None:
-        """Run the job in ``job_dir`` on the standby for ``key`` and wait for its end; its
-        judge's outcome, or None when there was no standby or it did not take the job (the
-        caller then starts the job cold)."""
+    ) -> SandboxOutcome:
+        """Run the job in ``job_dir`` on a judge for ``key`` and wait for its end: the
+        standby for ``key`` when there is a fresh one, else a judge started cold for it
+        (the same start, handed the job at once). The judge's outcome."""
         spare = self._take(key)
+        if spare is not None and spare.hand(job_dir, wall_s, poll) is not None:
+            spare.retire()  # it did not take the job (it ended, or refused it): start cold
+            spare = None
         if spare is None:
-            return None
-        if spare.hand(job_dir, wall_s, poll) is not None:
-            spare.retire()
-            return None
-        self.taken += 1
+            spare = Standby(key, wall_s, prestarted=False)
+            why = spare.hand(job_dir, wall_s, poll)
+            if why is not None:  # it ended before it took the job: how it ended is the error
+                spare.cancel.set()
+                spare.collect(job_dir)
+                assert spare.outcome is not None
+                return spare.outcome
+        else:
+            self.taken += 1
         outcome = spare.wait(cancel)
         if outcome is not None:
             spare.collect(job_dir)

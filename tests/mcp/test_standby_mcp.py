@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("own_
 
 
 def standby_pids() -> set[int]:
-    """Processes running a pre-started judge (``nsight_core.judge.core --standby``)."""
+    """Processes running a pre-started judge (``nsight_core.judge.boot --standby``)."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -40,7 +40,7 @@ def standby_pids() -> set[int]:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"nsight_core.judge.core" in cmd and b"--standby" in cmd:
+        if b"nsight_core.judge.boot" in cmd and b"--standby" in cmd:
             found.add(int(entry.name))
     return found
 
