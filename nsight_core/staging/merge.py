@@ -1,0 +1,152 @@
+"""One result of a staged request: the stages' rows marked with their stage, what
+read_results shows while a stage runs, and the final merge with its message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nsight_core.request import ProfileRequest
+from nsight_core.results import (
+    JobStatus,
+    ProfileResult,
+    Provenance,
+    StageName,
+    StageReport,
+    iso,
+    utc_now,
+)
+
+
+def tagged(result: ProfileResult, stage: StageName) -> ProfileResult:
+    """Every row, comparison, check and failure of `result` marked with the stage."""
+    mark = {"Stage": stage}
+    return result.model_copy(
+        update={
+            "rows": [r.model_copy(update=mark) for r in result.rows],
+            "comparisons": [c.model_copy(update=mark) for c in result.comparisons],
+            "correctness": [c.model_copy(update=mark) for c in result.correctness],
+            "failures": [f.model_copy(update=mark) for f in result.failures],
+            "error": result.error.model_copy(update=mark) if result.error is not None else None,
+        }
+    )
+
+
+def partial_result(
+    result_id: str, created: str, reports: list[StageReport], screen: ProfileResult | None
+) -> ProfileResult:
+    """What read_results shows while a stage runs: the finished stages and every stage's state."""
+    running = next((r for r in reports if r.Status == "running"), None)
+    message = f"stage {running.Stage} running under {running.Backend}" if running else "running"
+    if screen is None:
+        return ProfileResult(
+            result_id=result_id,
+            status="running",
+            message=message,
+            created_at=created,
+            stages=reports,
+        )
+    return screen.model_copy(
+        update={
+            "status": "running",
+            "message": f"{message}; the screen's rows are below",
+            "finished_at": None,
+            "stages": reports,
+        }
+    )
+
+
+def merged(
+    request: ProfileRequest,
+    result_id: str,
+    created: str,
+    screen: ProfileResult,
+    final: ProfileResult | None,
+    reports: list[StageReport],
+    *,
+    wall_s: float,
+    flags: Sequence[str] = (),
+) -> ProfileResult:
+    """One result: the profile stage's rows first (the numbers to report), then the screen's."""
+    screen_report, profile_report = reports
+    ranking = screen_report.Ranking
+    passed = [r for r in ranking if r.Rank is not None]
+    kept = [r.Annotation for r in ranking if r.Kept]
+    parts = [
+        f"staged: the screen ({screen_report.Backend}) checked and timed "
+        f"{len(request.candidates)} candidate(s), {len(passed)} passed and were ranked"
+    ]
+    if screen_report.Reason:
+        parts.append(f"screen: {screen_report.Reason}")
+    if profile_report.Status == "skipped":
+        parts.append(f"profile stage skipped: {profile_report.Reason}")
+    else:
+        parts.append(
+            f"kept the top {len(kept)} {kept} for the profile stage ({profile_report.Backend}): "
+            f"{profile_report.Status}"
+            + (f" ({profile_report.Reason})" if profile_report.Reason else "")
+        )
+    left_out = [r for r in ranking if not r.Kept]
+    if left_out:
+        parts.append(
+            "left out: "
+            + "; ".join(f"{r.Annotation}: {r.Why}" for r in left_out[:8])
+            + ("; ..." if len(left_out) > 8 else "")
+        )
+    if flags:
+        parts.append(
+            f"cross-check: {len(flags)} disagreement(s) between the screen and the profile "
+            f"stage ({'; '.join(flags[:5])}{'; ...' if len(flags) > 5 else ''}): see the "
+            "profile rows' Reasons and CrossCheck"
+        )
+    base = final if final is not None else screen
+    status: JobStatus
+    if final is not None:
+        status = final.status
+    elif screen.status in ("failed", "cancelled"):
+        status = screen.status
+    else:
+        status = "done"
+    parts.append(base.message)
+    provenance = _provenance(base.provenance, reports, wall_s)
+    artifacts = dict(final.artifacts) if final is not None else {}
+    artifacts.update({f"screen_{k}": v for k, v in screen.artifacts.items()})
+    return base.model_copy(
+        update={
+            "result_id": result_id,
+            "status": status,
+            "message": "; ".join(p for p in parts if p),
+            "created_at": created,
+            "finished_at": iso(utc_now()),
+            "rows": (final.rows if final else []) + screen.rows,
+            "comparisons": (final.comparisons if final else []) + screen.comparisons,
+            "correctness": (final.correctness if final else []) + screen.correctness,
+            "failures": (final.failures if final else []) + screen.failures,
+            "error": final.error if final is not None else screen.error,
+            "provenance": provenance,
+            "artifacts": artifacts,
+            "stages": reports,
+        }
+    )
+
+
+def _provenance(
+    base: Provenance | None, reports: list[StageReport], wall_s: float
+) -> Provenance | None:
+    if base is None:
+        return None
+    phases = dict(base.phase_seconds)
+    notes = list(base.notes)
+    for r in reports:
+        if r.WallSeconds is not None:
+            phases[f"stage_{r.Stage}"] = r.WallSeconds
+        notes.append(
+            f"stage {r.Stage} ({r.Backend}): {r.Status}" + (f": {r.Reason}" if r.Reason else "")
+        )
+    return base.model_copy(
+        update={"phase_seconds": phases, "wall_seconds": round(wall_s, 3), "notes": notes}
+    )
+
+
+def join(*parts: str | None) -> str | None:
+    text = "; ".join(p for p in parts if p)
+    return text or None
