@@ -3,21 +3,40 @@
 An agent reads every answer in its context window, so answers are compact unless it asks
 for detail='full': raw per-run values are left out and tracebacks keep only the frames
 nearest the error. Every answer says what to call next (a cursor, a result_id, detail).
+
+A compact answer also fits `ANSWER_BYTES`, whatever the job's size: hosts show the model
+either the text or the structured content (some only the latter), so both are one JSON
+document of at most that size. A result that does not fit keeps what an agent acts on first
+(failures, comparisons, failed checks), then rows; its message says what was left out and
+where everything is (`links`), and the answer carries resource links to it.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ContentBlock, ResourceLink, TextContent
 from pydantic import BaseModel, ConfigDict, Field
 
+from nsight_core.host.catalog import MetricsValidation
 from nsight_core.results import Failure, ProfileResult
 from nsight_core.store.result_store import ResultFilter, ResultStore, ResultSummary
+from nspy_mcp.links import full_data_text, result_links
 
 COMPACT_TRACEBACK_LINES = 12
 """Traceback lines kept in compact answers: the frames nearest the error, where the cause
 usually is; detail='full' returns all of them."""
+
+ANSWER_BYTES = 16_000
+"""Most bytes of a compact answer's JSON: under issue 28's 16 KB (16,384) per answer. Its
+text is the same JSON, so text and structured content both fit."""
+
+_NOTE_BYTES = 800
+"""Room kept for the sentence that says what a cut answer left out."""
 
 
 class ReadResultsAnswer(BaseModel):
@@ -134,13 +153,157 @@ def verdict_text(result: ProfileResult) -> str:
 
 
 def with_next_step(result: ProfileResult) -> ProfileResult:
-    """A finished result's message, what to act on, and how to get the raw values left out."""
-    if result.status in ("queued", "running") or not result.rows:
+    """A finished result's message, what to act on, and where the data left out is."""
+    if result.status in ("queued", "running"):
         return result
-    verdict = verdict_text(result)
-    hint = f"Raw per-run values: read_results(result_id='{result.result_id}', detail='full')."
-    message = " ".join(p for p in (_sentence(result.message or result.status), verdict, hint) if p)
-    return result.model_copy(update={"message": message})
+    parts = [_sentence(result.message or result.status)]
+    if result.rows:
+        parts.append(verdict_text(result))
+        parts.append(
+            f"Raw per-run values: read_results(result_id='{result.result_id}', detail='full')."
+        )
+    parts.append(full_data_text(result.result_id, rows=bool(result.rows)))
+    return result.model_copy(update={"message": " ".join(p for p in parts if p)})
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _size(value: Any) -> int:
+    return len(_json(value).encode())
+
+
+def _failed_check(item: dict[str, Any]) -> bool:
+    return item.get("Passed") is not True
+
+
+_FIT_ORDER: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
+    ("comparisons", lambda _: True),
+    ("failures", lambda _: True),
+    ("correctness", _failed_check),
+    ("rows", lambda _: True),
+    ("correctness", lambda item: not _failed_check(item)),
+    ("diagnoses", lambda _: True),
+)
+"""What a cut answer keeps first: the verdicts, why things failed, failed checks, rows."""
+
+_PART_NAMES = {
+    "failures": "failures",
+    "comparisons": "comparisons",
+    "correctness": "correctness entries",
+    "rows": "rows",
+    "diagnoses": "diagnoses",
+}
+
+
+def fit_result(result: ProfileResult, budget: int = ANSWER_BYTES) -> ProfileResult:
+    """The result cut to `budget` bytes of JSON, saying what it left out; as-is if it fits.
+
+    Each list keeps its order; which entries stay is decided by `_FIT_ORDER`.
+    """
+    dumped = result.model_dump(mode="json")
+    if _size(dumped) <= budget:
+        return result
+    base = dict(dumped, **{part: [] for part in _PART_NAMES})
+    used = _size(base) + _NOTE_BYTES
+    kept: dict[str, set[int]] = {part: set() for part in _PART_NAMES}
+    full: set[str] = set()
+    for part, wanted in _FIT_ORDER:
+        if part in full:
+            continue
+        for i, item in enumerate(dumped[part]):
+            if i in kept[part] or not wanted(item):
+                continue
+            cost = _size(item) + 1
+            if used + cost > budget:
+                full.add(part)
+                break
+            used += cost
+            kept[part].add(i)
+    cut = [
+        f"{len(kept[part])} of {len(dumped[part])} {name}"
+        for part, name in _PART_NAMES.items()
+        if len(kept[part]) < len(dumped[part])
+    ]
+    note = (
+        f"This answer is cut to {budget // 1000} KB: it shows {', '.join(cut)}. Narrow it with "
+        f"read_results(result_id='{result.result_id}', annotation=..., config_id=..., metric=...)."
+    )
+    where = full_data_text(result.result_id, rows=bool(result.rows))
+    if where not in result.message:
+        note += f" {where}"
+    update: dict[str, Any] = {
+        part: [getattr(result, part)[i] for i in sorted(kept[part])] for part in _PART_NAMES
+    }
+    update["message"] = f"{_sentence(result.message)} {note}" if result.message else note
+    return result.model_copy(update=update)
+
+
+def fit_listing(answer: ReadResultsAnswer, budget: int = ANSWER_BYTES) -> ReadResultsAnswer:
+    """A listing page cut to `budget` bytes: fewer summaries, the cursor after the last one."""
+    dumped = answer.model_dump(mode="json")
+    if _size(dumped) <= budget or not answer.results:
+        return answer
+    used = _size(dict(dumped, results=[])) + _NOTE_BYTES
+    shown = 0
+    for item in dumped["results"]:
+        used += _size(item) + 1
+        if used > budget:
+            break
+        shown += 1
+    shown = max(shown, 1)
+    kept = answer.results[:shown]
+    cursor = kept[-1].result_id
+    message = (
+        f"{shown} of {answer.total} matching result(s), newest first (the page is cut to "
+        f"{budget // 1000} KB); call read_results with the same filters and cursor='{cursor}' "
+        "for the next page, or pass a smaller limit. Read one with read_results(result_id=...)."
+    )
+    return answer.model_copy(update={"results": kept, "next_cursor": cursor, "message": message})
+
+
+def fit_validation(answer: MetricsValidation, budget: int = ANSWER_BYTES) -> MetricsValidation:
+    """Metric checks cut to `budget`: valid names lose their catalog text, then the tail goes."""
+    if _size(answer.model_dump(mode="json")) <= budget:
+        return answer
+    lean = [
+        m.model_copy(update={"description": None, "valid_names": m.valid_names[:3]})
+        if m.status == "valid"
+        else m.model_copy(
+            update={"valid_names": m.valid_names[:5], "suggestions": m.suggestions[:5]}
+        )
+        for m in answer.metrics
+    ]
+    used = _size(answer.model_copy(update={"metrics": []}).model_dump(mode="json")) + _NOTE_BYTES
+    kept = []
+    for check in sorted(lean, key=lambda m: m.status == "valid"):  # problems first
+        used += _size(check.model_dump(mode="json")) + 1
+        if used > budget:
+            break
+        kept.append(check)
+    order = {id(m): i for i, m in enumerate(lean)}
+    kept.sort(key=lambda m: order[id(m)])
+    note = (
+        f"This answer is cut to {budget // 1000} KB: valid names are listed without ncu's "
+        f"description; {len(kept)} of {len(lean)} names shown (problems first). Validate "
+        "fewer names at a time for the rest."
+    )
+    return answer.model_copy(update={"metrics": kept, "notes": [*answer.notes, note]})
+
+
+def tool_answer(model: BaseModel, links: Sequence[ResourceLink] = ()) -> CallToolResult:
+    """A tool's answer: the model as structured content, the same JSON as its text (compact,
+    so the text is no larger than the structure), and links to the data it leaves out."""
+    structured = model.model_dump(mode="json")
+    content: list[ContentBlock] = [TextContent(type="text", text=_json(structured))]
+    content.extend(links)
+    return CallToolResult(content=content, structured_content=structured)
+
+
+def result_tool_answer(store: ResultStore, result: ProfileResult) -> CallToolResult:
+    """profile_candidates' compact answer: fitted, with links to the whole result."""
+    return tool_answer(fit_result(result), result_links(store, result))
 
 
 def result_answer(
@@ -151,7 +314,7 @@ def result_answer(
     config_id: int | None,
     metric: str | None,
 ) -> ReadResultsAnswer:
-    """read_results' answer for one result: shaped, and saying how much of it is shown."""
+    """read_results' answer for one result: shaped, fitted unless full, saying what it shows."""
     shaped = shape_result(
         result, full=full, annotation=annotation, config_id=config_id, metric=metric
     )
@@ -160,16 +323,26 @@ def result_answer(
         for k, v in (("annotation", annotation), ("config_id", config_id), ("metric", metric))
         if v is not None
     ]
-    message = _sentence(f"result {result.result_id} is {result.status}: {result.message}")
+    head = _sentence(f"result {result.result_id} is {result.status}: {result.message}")
+    verdict = verdict_text(shaped) if result.rows else ""
+    where = full_data_text(result.result_id, rows=bool(result.rows))
+    matching = len(shaped.rows)
+    if not full:  # what this message adds must fit beside the result
+        room = len(" ".join((head, verdict, where)).encode()) + 300
+        shaped = fit_result(shaped, ANSWER_BYTES - room)
+    parts = [head, verdict]
     if result.rows:
-        verdict = verdict_text(shaped)
-        if verdict:
-            message += f" {verdict}"
-        message += f" Showing {len(shaped.rows)} of {len(result.rows)} row(s)"
-        message += f" ({', '.join(narrowed)})." if narrowed else "."
+        shown = f"Showing {len(shaped.rows)} of {len(result.rows)} row(s)"
+        if narrowed:
+            shown += f" ({', '.join(narrowed)})"
+        if len(shaped.rows) < matching:
+            shown += f"; {matching - len(shaped.rows)} more were cut to fit (see result.message)"
+        parts.append(shown + ".")
         if not full:
-            message += " detail='full' adds raw per-run values."
-    return ReadResultsAnswer(result=shaped, message=message)
+            parts.append("detail='full' adds raw per-run values.")
+    if result.status not in ("queued", "running"):
+        parts.append(where)
+    return ReadResultsAnswer(result=shaped, message=" ".join(p for p in parts if p))
 
 
 def listing(

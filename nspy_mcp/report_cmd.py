@@ -14,6 +14,7 @@ Without a request to say how to fold several kernels of one call, durations are 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -206,13 +207,18 @@ def _csv_value(value: Any) -> Any:
     return "" if value is None else value
 
 
-def _write_csv(rows: Sequence[Row]) -> None:
+def rows_csv(rows: Sequence[Row]) -> str:
+    """Rows as CSV, one column per `Row` field; lists and dicts as JSON (RawValues too).
+
+    Also a stored result's `rows.csv` resource (nspy_mcp/resources.py)."""
+    out = io.StringIO()
     fields = list(Row.model_fields)
-    writer = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         dumped = row.model_dump(mode="json")
         writer.writerow({f: _csv_value(dumped[f]) for f in fields})
+    return out.getvalue()
 
 
 def run_report(path: str, *, fmt: str, metrics: Sequence[str] | None = None) -> int:
@@ -233,7 +239,7 @@ def run_report(path: str, *, fmt: str, metrics: Sequence[str] | None = None) -> 
     if fmt == "json":
         _write_json(report, rows, diagnoses)
     elif fmt == "csv":
-        _write_csv(rows)
+        sys.stdout.write(rows_csv(rows))
     else:
         _write_table(report, rows)
         _write_diagnoses(diagnoses)

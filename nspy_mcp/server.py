@@ -51,16 +51,21 @@ from nsight_core.store.result_store import (
 )
 from nspy_mcp.answers import (
     ReadResultsAnswer,
+    fit_listing,
+    fit_validation,
     listing,
     parse_time,
     result_answer,
+    result_tool_answer,
     shape_result,
+    tool_answer,
     with_next_step,
 )
 from nspy_mcp.cluster import DaskExecutor, parse_executor
 from nspy_mcp.devices import DeviceLocks
 from nspy_mcp.executors import Executor, LocalExecutor
 from nspy_mcp.jobs import JobQueue, ProgressSink
+from nspy_mcp.links import result_links
 from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
@@ -174,7 +179,7 @@ async def check_environment(
         ),
     ] = False,
     ctx: Context[AppState, Any] | None = None,
-) -> EnvironmentReport:
+) -> Annotated[CallToolResult, EnvironmentReport]:
     """Call once per session, before profiling: what profiling can do on this machine.
 
     GPUs (driver, CUDA, memory, clocks, processes using them), the ncu used and its version,
@@ -184,7 +189,7 @@ async def check_environment(
     driver or GPU settings: report a permission problem, do not work around it.
     """
     try:
-        return await anyio.to_thread.run_sync(
+        report = await anyio.to_thread.run_sync(
             partial(
                 probe_environment,
                 deep=deep,
@@ -194,6 +199,7 @@ async def check_environment(
         )
     except NsightCoreError as err:
         raise tool_error(err) from err
+    return tool_answer(report)
 
 
 async def validate_metrics(
@@ -212,7 +218,7 @@ async def validate_metrics(
             description="Chip to check against, e.g. 'gh100' or 'ga100'; default: the visible GPU's chip.",
         ),
     ] = None,
-) -> MetricsValidation:
+) -> Annotated[CallToolResult, MetricsValidation]:
     """Check ncu metric names before profiling with them; profile_candidates refuses bad ones.
 
     Per name: valid, unknown or needs_suffix (a base name such as 'dram__throughput' needs a
@@ -222,12 +228,15 @@ async def validate_metrics(
     backend takes metrics.
     """
     try:
-        return await anyio.to_thread.run_sync(partial(catalog_validate_metrics, metrics, chip))
+        checked = await anyio.to_thread.run_sync(partial(catalog_validate_metrics, metrics, chip))
     except NsightCoreError as err:
         raise tool_error(err) from err
+    return tool_answer(fit_validation(checked))
 
 
-async def profile_candidates(request: ProfileRequest, ctx: Context[AppState, Any]) -> ProfileResult:
+async def profile_candidates(
+    request: ProfileRequest, ctx: Context[AppState, Any]
+) -> Annotated[CallToolResult, ProfileResult]:
     """Check candidates against a trusted reference, then profile those that pass.
 
     `request` names `reference`, `candidates` and `inputs` as callables ('file.py:name'
@@ -250,7 +259,7 @@ async def profile_candidates(request: ProfileRequest, ctx: Context[AppState, Any
     except NsightCoreError as err:
         raise tool_error(err) from err
     result = await state.jobs.wait(job, request.wait_s, _progress_sink(ctx), owner=True)
-    return with_next_step(shape_result(result, full=False))
+    return result_tool_answer(state.store, with_next_step(shape_result(result, full=False)))
 
 
 async def read_results(
@@ -320,7 +329,7 @@ async def read_results(
             ),
         ),
     ] = False,
-) -> ReadResultsAnswer:
+) -> Annotated[CallToolResult, ReadResultsAnswer]:
     """Read a stored result, follow or cancel a job, or list past results (they survive restarts).
 
     With `result_id`: that result, narrowed by `annotation`, `config_id` and `metric`;
@@ -339,7 +348,7 @@ async def read_results(
                     "invalid_request: cancel needs the result_id of the job to stop. To fix: "
                     "pass result_id=... (list results without cancel to find it)"
                 )
-            return listing(
+            page = listing(
                 state.store,
                 ResultFilter(
                     status=status,
@@ -352,6 +361,7 @@ async def read_results(
                 limit=limit,
                 cursor=cursor,
             )
+            return tool_answer(fit_listing(page))
         listing_only = {
             "status": status,
             "since": since,
@@ -373,9 +383,10 @@ async def read_results(
         raise tool_error(err) from err
     except CorruptResultError as err:
         raise corrupt_error(err) from err
-    return result_answer(
+    answer = result_answer(
         result, full=full, annotation=annotation, config_id=config_id, metric=metric
     )
+    return tool_answer(answer, result_links(state.store, result))
 
 
 async def _one_result(

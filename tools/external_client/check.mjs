@@ -46,6 +46,7 @@ async function check(kind) {
   const { client, era } = await connect(kind);
   const failures = [];
   let mismatches = 0;
+  let longest = 0;
   const links = new Set();
   const note = (ok, what) => {
     console.log(`  ${ok ? "ok  " : "FAIL"} ${what}`);
@@ -57,6 +58,7 @@ async function check(kind) {
       const text = answer.content?.find((c) => c.type === "text")?.text ?? "";
       for (const c of answer.content ?? []) if (c.type === "resource_link") links.add(c.uri);
       const first = text.split("\n")[0].slice(0, 90);
+      longest = Math.max(longest, text.length);
       note(Boolean(answer.isError) === expectError, `${name}${expectError ? " (error expected)" : ""}: ${first}`);
       if (text.length > 16384) note(false, `${name}: text of ${text.length} characters`);
       return answer;
@@ -101,7 +103,10 @@ async function check(kind) {
   const { resourceTemplates } = await client.listResourceTemplates();
   const uris = [...resources.map((r) => r.uri), ...links];
   if (id) {
-    for (const t of resourceTemplates) uris.push(t.uriTemplate.replace("{result_id}", id));
+    // A job's files are read through the answer's resource links: only the files it left.
+    for (const t of resourceTemplates) {
+      if (!t.uriTemplate.includes("/files/")) uris.push(t.uriTemplate.replace("{result_id}", id));
+    }
   }
   for (const uri of uris) {
     try {
@@ -118,6 +123,7 @@ async function check(kind) {
     note(got.messages.length > 0, `prompt ${p.name}`);
   }
   await client.close();
+  console.log(`  longest answer text: ${longest} characters; ${links.size} resource link(s) read`);
   console.log(`  ${kind}: ${failures.length} failure(s), ${mismatches} schema mismatch(es)`);
   return failures.length;
 }
