@@ -7,7 +7,8 @@ becomes one NVTX start/end range named by `RunKey`. Outside a worker (or during 
 Start/end ranges are process-wide, so kernels launched from other threads inside the range
 are attributed too. Nesting and re-using a name within one run are errors, as in Nsight
 Python; unlike Nsight Python, a failure swallowed by ``ignore_failures=True`` is still
-reported (with its traceback) instead of being replaced by a dummy kernel.
+reported (with its traceback) instead of being replaced by a dummy kernel. Entering a
+profiled region calls the call's ANNOTATION-scope info collectors first, outside the range.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from nsight_core.nsight.info_collector import collect_for_annotation
 from nsight_core.protocol import NVTX_DOMAIN, RunKey
 
 P = ParamSpec("P")
@@ -88,6 +90,7 @@ class annotate:  # Nsight Python's lower-case name: a context manager and a deco
             if ctx is not None:
                 ctx.used.add(self.name)
         if ctx is not None and ctx.profiling:
+            collect_for_annotation(self.name)  # before the range and the clock start
             self._key = RunKey(self.name, ctx.config_id, ctx.run)
             if ctx.nvtx:
                 self._range = start_range(self._key.range_name())

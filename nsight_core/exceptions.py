@@ -3,7 +3,8 @@
 Every class here is also a `NsightCoreError`, so it carries an `ErrorClass` and a hint
 and code written against nsight_core catches it the usual way. The constructors take the
 message first, as Nsight Python's do. `InvalidMetricsError` is also a `ValueError`,
-which is what Nsight Python raises for unknown metric names.
+which is what Nsight Python raises for unknown metric names, and `KernelCountError` a
+`RuntimeError`, which it raises when an annotation's kernels do not give one value per run.
 """
 
 from __future__ import annotations
@@ -61,6 +62,20 @@ class InvalidMetricsError(ProfilerException, ValueError):
         self.metrics = list(metrics)
 
 
+class KernelCountError(ProfilerException, RuntimeError):
+    """The kernels of an annotation cannot give one value per run: a `RuntimeError` as in
+    Nsight Python, class ``kernel_count_mismatch`` (or ``no_kernels`` when nothing was
+    profiled). The call's `ProfileResults` ride on it as ``err.results``."""
+
+    def __init__(
+        self,
+        message: str = "",
+        hint: str = "",
+        error_class: ErrorClass = ErrorClass.KERNEL_COUNT_MISMATCH,
+    ) -> None:
+        super().__init__(message, error_class, hint)
+
+
 class MetricErrorType(Enum):
     """Why a metric was refused: the name is unknown, or the chip lacks it."""
 
@@ -82,6 +97,7 @@ def get_metrics_error_message(
 __all__ = [
     "CoolingTimeoutError",
     "InvalidMetricsError",
+    "KernelCountError",
     "MetricErrorType",
     "NCUNotAvailableError",
     "ProfilerException",

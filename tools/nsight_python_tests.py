@@ -3,13 +3,20 @@
     python tools/nsight_python_tests.py PATH [PATH ...] [-k EXPR] [--timeout-s S] [-v]
 
 PATH is a test directory or file of a checkout of NVIDIA/nsight-python that you fetched
-yourself (its files are not part of this repository). The tests import ``nsight``; this
-tool writes a tiny ``nsight`` package into a temporary directory that makes ``nsight`` and
-every ``nsight.<module>`` the very same module objects as ``nsight_core`` and
-``nsight_core.<module>``, puts it first on PYTHONPATH (so the workers that run the
-decorated functions see it too), runs pytest from a scratch directory and prints pass,
-fail, error and skip counts per file, then each failing test with the first line of its
-message. docs/compat.md says which failures are deliberate differences, and why.
+yourself (its files are not part of this repository), for instance its ``tests`` and
+``examples`` at the commit the project's notes name::
+
+    git --git-dir=NSIGHT_PYTHON_GIT archive HEAD tests examples | tar -x -C DIR
+
+The tests import ``nsight``; this tool writes a tiny ``nsight`` package into a temporary
+directory that makes ``nsight`` and every ``nsight.<module>`` the very same module objects
+as ``nsight_core.<module>`` (else ``nsight_core.nsight.<module>``: ``info_collector``,
+``experimental``), maps the two internal hooks Nsight's collector tests call
+(``nsight.collection.core``) onto our collector session, puts it first on PYTHONPATH (so
+the workers that run the decorated functions see it too), runs pytest from a scratch
+directory and prints pass, fail, error and skip counts per file, then each failing test
+with the first line of its message. docs/compat.md says which failures are deliberate
+differences, and why.
 
 Exit status: 0 when pytest ran (whatever the outcomes), 2 when it could not run.
 """
@@ -37,20 +44,31 @@ import sys
 
 import nsight_core
 
+INTERNALS = {"nsight.collection": "_nsight_internals", "nsight.collection.core": "_nsight_internals"}
+"""Nsight Python's internal modules that its collector tests call, mapped to an adapter."""
+
+
+def _real(fullname):
+    """nsight.X is nsight_core.X, else nsight_core.nsight.X (info_collector, experimental)."""
+    if fullname in INTERNALS:
+        return INTERNALS[fullname]
+    tail = fullname[len("nsight."):]
+    for real in ("nsight_core." + tail, "nsight_core.nsight." + tail):
+        if real in sys.modules or importlib.util.find_spec(real) is not None:
+            return real
+    return None
+
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolve nsight.X to the already imported nsight_core.X: one module, two names."""
+    """Resolve nsight.X to the already imported module: one module, two names."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if not fullname.startswith("nsight."):
-            return None
-        real = "nsight_core." + fullname[len("nsight."):]
-        if real not in sys.modules and importlib.util.find_spec(real) is None:
+        if not fullname.startswith("nsight.") or _real(fullname) is None:
             return None
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
-        module = importlib.import_module("nsight_core." + spec.name[len("nsight."):])
+        module = importlib.import_module(_real(spec.name))
         self._spec = module.__spec__
         return module
 
@@ -62,11 +80,51 @@ sys.meta_path.insert(0, _Alias())
 sys.modules[__name__] = nsight_core
 '''
 
+INTERNALS = '''"""Nsight Python's internal test hooks (``nsight.collection.core``) on nsight_core's parts.
+
+Written by tools/nsight_python_tests.py. ``run_profile_session`` runs the loop the worker
+runs (configs, then runs, each a profiled run) in this process with no profiler, so that the
+collectors' scopes are what is tested; ``_save_collected_info`` is our file writer.
+"""
+
+import functools
+import sys
+from pathlib import Path
+
+from nsight_core.annotation import RunContext, set_run_context
+from nsight_core.nsight.collection import CallCollectors, collecting_call
+from nsight_core.nsight.info_collector import normalize_collectors
+from nsight_core.nsight.info_collector import save_collected_info as _save_collected_info
+
+
+def run_profile_session(func, configs, runs, *args, info_collectors_list=None,
+                        output_prefix="", **kwargs):
+    gathered = CallCollectors(
+        normalize_collectors(info_collectors_list), Path(f"{output_prefix}collected_info.pkl"), runs
+    )
+    bound = [tuple(c) for c in configs]
+    gathered.start(bound)
+    spec = gathered.worker()
+    call = functools.partial(collecting_call, spec, func) if spec is not None else func
+    try:
+        for cid, config in enumerate(bound):
+            for run in range(runs):
+                set_run_context(RunContext(config_id=cid, run=run, profiling=True, nvtx=False))
+                call(*config)
+    finally:
+        set_run_context(None)
+    return gathered.finish()
+
+
+core = sys.modules[__name__]  # ``from nsight.collection import core``
+'''
+
 
 def _write_shim(where: Path) -> Path:
     pkg = where / "nsight"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(SHIM)
+    (where / "_nsight_internals.py").write_text(INTERNALS)
     return where
 
 

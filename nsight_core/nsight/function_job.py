@@ -12,6 +12,7 @@ import os
 import sysconfig
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +34,42 @@ from nsight_core.settings import JobSettings
 Bound = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-def _pickle_function(func: Callable[..., Any], bound: Sequence[Bound]) -> bytes:
-    """Pickle by value whatever the worker could not import: __main__, notebooks, local files."""
-    import cloudpickle
-
-    module = inspect.getmodule(func)
+def _by_value_modules(callables: Sequence[Callable[..., Any]]) -> list[Any]:
+    """The modules the worker could not import by name: local files and packages outside
+    site-packages and the standard library (``__main__`` is pickled by value anyway)."""
     installed = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])
-    path = getattr(module, "__file__", None) or ""
-    if module is not None and module.__name__ != "__main__" and not path.startswith(installed):
-        cloudpickle.register_pickle_by_value(module)
+    out: list[Any] = []
+    for c in callables:
+        module = inspect.getmodule(c)
+        path = getattr(module, "__file__", None) or ""
+        if (
+            module is None
+            or module.__name__ == "__main__"
+            or module.__name__.startswith("nsight_core.")
+            or path.startswith(installed)
+            or module in out
+        ):
+            continue
+        out.append(module)
+    return out
+
+
+def _pickle_function(
+    func: Callable[..., Any], bound: Sequence[Bound], by_value: Sequence[Callable[..., Any]] = ()
+) -> bytes:
+    """Pickle by value whatever the worker could not import: __main__, notebooks, local
+    files. ``by_value`` names callables hidden inside ``func`` (the user's function under
+    a wrapper, its info collectors) whose modules must travel too."""
+    import cloudpickle  # lazy: only the caller of a @kernel function pickles
+
+    modules = _by_value_modules([func, *by_value])
+    for m in modules:
+        cloudpickle.register_pickle_by_value(m)
     try:
         data: bytes = cloudpickle.dumps((func, list(bound)))
     finally:
-        if module is not None and module.__name__ != "__main__" and not path.startswith(installed):
-            cloudpickle.unregister_pickle_by_value(module)
+        for m in modules:
+            cloudpickle.unregister_pickle_by_value(m)
     return data
 
 
@@ -100,6 +123,15 @@ def _derive(
     )
 
 
+@dataclass(frozen=True)
+class FunctionRun:
+    """A `@kernel` job's result, and its per-run values before derive and normalize (the
+    Nsight-compatible API reads the kernel counts there)."""
+
+    result: ProfileResult
+    measured: RunValues
+
+
 def run_function(
     func: Callable[..., Any],
     bound: Sequence[Bound],
@@ -109,11 +141,12 @@ def run_function(
     job_dir: Path,
     derive_metric: Callable[..., Any] | None = None,
     normalize_against: str | None = None,
-) -> ProfileResult:
+    by_value: Sequence[Callable[..., Any]] = (),
+) -> FunctionRun:
     created = iso(utc_now())
     job_dir.mkdir(parents=True, exist_ok=True)
     pickle_file = job_dir / "function.pkl"
-    pickle_file.write_bytes(_pickle_function(func, bound))
+    pickle_file.write_bytes(_pickle_function(func, bound, by_value))
     job = JobSpec(
         mode="function",
         backend=settings.backend,
@@ -129,6 +162,7 @@ def run_function(
     run = run_worker(job, job_dir, settings)
     got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
+    measured_values = values
     expected = values.expected_keys
     measured = set(values.metrics)  # the backend's own metric names (events__..., cupti__...)
     if derive_metric is not None:
@@ -160,7 +194,7 @@ def run_function(
             "the function entered no nsight_core.annotate(...) region",
             "wrap the code to profile in `with annotate('name'):`",
         )
-    return finish_result(
+    result = finish_result(
         run,
         settings,
         result_id=job_dir.name,
@@ -173,3 +207,4 @@ def run_function(
         error=failure_of_error(run.error) if run.error is not None else None,
         diagnosed=diagnose_job(run, settings, got.values, list(params), gpu),  # issue 15
     )
+    return FunctionRun(result, measured_values)
