@@ -20,7 +20,7 @@ from nspy_mcp import demo_kernels as k
 
 def main() -> ProfileResult:
     request = ProfileRequest(
-        reference=k.REFERENCE,  # "demo_kernels.py:softmax_reference"
+        reference=k.REFERENCE,  # "demo_reference.py:softmax_reference"
         candidates=[k.VECTORIZED, k.WRONG_AXIS],
         inputs=k.INPUTS,
         workdir=str(k.DIRECTORY),

@@ -1,7 +1,8 @@
 """Softmax kernels for the GPU examples, tests and benchmarks (torch and Triton).
 
-`torch_softmax` is the trusted reference (cuDNN/ATen kernel); `triton_softmax` is a
-one-kernel Triton candidate (one program per row, the whole row in registers), as in
+`torch_softmax` is the trusted reference (cuDNN/ATen kernel), defined with the input maker
+in gpu_softmax_reference.py (a candidate never shares the reference's module) and imported
+here for the `@kernel` examples; `triton_softmax` is a one-kernel Triton candidate (one program per row, the whole row in registers), as in
 Nsight Python's softmax example; `wrong_softmax` normalizes the wrong axis.
 """
 
@@ -12,20 +13,14 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from gpu_softmax_reference import make_inputs as make_inputs
+from gpu_softmax_reference import torch_softmax as torch_softmax
 
-REFERENCE = "gpu_softmax.py:torch_softmax"
+REFERENCE = "gpu_softmax_reference.py:torch_softmax"
 CANDIDATE = "gpu_softmax.py:triton_softmax"
 WRONG = "gpu_softmax.py:wrong_softmax"
-INPUTS = "gpu_softmax.py:make_inputs"
+INPUTS = "gpu_softmax_reference.py:make_inputs"
 SHAPES = [{"rows": 4096, "cols": 1024}, {"rows": 4096, "cols": 4096}]
-
-
-def make_inputs(rows: int, cols: int) -> tuple[Any, ...]:
-    return (torch.randn(rows, cols, device="cuda", dtype=torch.float32),)
-
-
-def torch_softmax(x: Any) -> Any:
-    return torch.softmax(x, dim=-1)
 
 
 def wrong_softmax(x: Any) -> Any:

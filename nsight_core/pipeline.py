@@ -33,7 +33,12 @@ from nsight_core.protocol import (
     REPORT_FILE,
     JobSpec,
 )
-from nsight_core.request import ProfileRequest, named_files, request_workdir
+from nsight_core.request import (
+    ProfileRequest,
+    candidates_sharing_trusted_modules,
+    named_files,
+    request_workdir,
+)
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.rows.assemble import assemble_result, refused, with_waits
 from nsight_core.rows.runs import EventTail, JobRun, ProgressCallback, read_events
@@ -43,7 +48,24 @@ from nsight_core.settings import JobSettings
 def preflight(request: ProfileRequest) -> None:
     """Refuse a request that cannot work here, before anything is queued or started."""
     get_backend(request.backend).preflight(JobSettings.of_request(request))
+    check_trusted_apart(request)
     check_named_files(request)
+
+
+def check_trusted_apart(request: ProfileRequest) -> None:
+    """Refuse a request whose reference or input maker shares a module with a candidate: the
+    judge imports that module, and a candidate's module-level code would run where the
+    verdicts are made (it could rebind the comparison or the random generator)."""
+    shared = candidates_sharing_trusted_modules(request, request_workdir(request))
+    if shared:
+        raise NsightCoreError(
+            ErrorClass.INVALID_REQUEST,
+            "the reference and input maker must not share a module with a candidate: "
+            + "; ".join(shared),
+            "put the reference and the input maker in a file of their own (or in inline "
+            "`reference_source`) and the candidates in theirs (or in `source`); a candidate "
+            "may import the reference's module, never the other way round",
+        )
 
 
 def check_named_files(request: ProfileRequest) -> None:

@@ -127,6 +127,9 @@ class JobSpec(_Msg):
     source_file: str | None = Field(
         None, description="Where the inline source was written, if any."
     )
+    reference_source_file: str | None = Field(
+        None, description="Where the inline reference source was written, if any."
+    )
     seed: int = 0
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
     child_timer: Literal["range", "clock", "cupti"] = "range"
@@ -335,6 +338,8 @@ class ContestantJob(_Msg):
     annotations: list[str]
     workdir: str
     source_file: str | None = None
+    reference_source_file: str | None = None
+    """The trusted inline source the reference's bare name resolves in, if any."""
     child_timer: Literal["range", "clock", "cupti"]
     check_mutation: bool = True
     check_aliasing: bool = True

@@ -289,6 +289,14 @@ class ProfileRequest(_Strict):
         max_length=1_000_000,
         description="Inline Python source that bare callable names refer to.",
     )
+    reference_source: str | None = Field(
+        None,
+        max_length=1_000_000,
+        description=(
+            "Inline source of the reference and input maker, kept apart from candidates' "
+            "`source` (they may not share a module): their bare names resolve here."
+        ),
+    )
     workdir: str | None = Field(
         None,
         max_length=4096,
@@ -412,11 +420,18 @@ class ProfileRequest(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> ProfileRequest:
-        names = [self.reference, self.inputs, *self.candidates]
-        bare = [n for n in names if parse_callable_spec(n)[:2] == (None, None)]
-        if bare and self.source is None:
+        def bare(names: list[str]) -> list[str]:
+            return [n for n in names if parse_callable_spec(n)[:2] == (None, None)]
+
+        trusted_home = self.source if self.reference_source is None else self.reference_source
+        if bare([self.reference, self.inputs]) and trusted_home is None:
             raise ValueError(
-                f"bare callable names {bare} need inline `source`; "
+                f"bare callable names {bare([self.reference, self.inputs])} need inline "
+                "`reference_source` (or `source`); or name them as 'file.py:name' / 'module:name'"
+            )
+        if bare(self.candidates) and self.source is None:
+            raise ValueError(
+                f"bare callable names {bare(self.candidates)} need inline `source`; "
                 "or name them as 'file.py:name' / 'module:name'"
             )
         if self.reference in self.candidates:
@@ -459,6 +474,38 @@ def request_workdir(request: ProfileRequest) -> Path:
     """The directory relative paths resolve against: the request's, else this process's
     current directory (the server's: the one place both the check and the job agree on)."""
     return Path(request.workdir or os.getcwd()).resolve()
+
+
+def module_of(request: ProfileRequest, spec: str, workdir: Path, *, trusted: bool) -> str:
+    """Which module ``spec`` lives in, in words: its resolved file, its module name, or the
+    inline source it is a bare name of (``trusted``: the reference or the input maker)."""
+    file, module, _ = parse_callable_spec(spec)
+    if file is not None:
+        return f"file {str((workdir / file).resolve())!r}"
+    if module is not None:
+        return f"module {module!r}"
+    return (
+        "the inline `reference_source`"
+        if trusted and request.reference_source is not None
+        else "the inline `source`"
+    )
+
+
+def candidates_sharing_trusted_modules(request: ProfileRequest, workdir: Path) -> list[str]:
+    """Why the reference or the input maker cannot be trusted: each (role, module,
+    candidates) where a candidate lives in the same module. The judge imports the trusted
+    module, so module-level code of a candidate there would run where verdicts are made
+    (docs/correctness.md); empty when they are apart."""
+    homes: dict[str, list[str]] = {}
+    for cand in request.candidates:
+        homes.setdefault(module_of(request, cand, workdir, trusted=False), []).append(cand)
+    out = []
+    for role, spec in (("reference", request.reference), ("input maker", request.inputs)):
+        where = module_of(request, spec, workdir, trusted=True)
+        if where in homes:
+            shared = ", ".join(repr(c) for c in homes[where])
+            out.append(f"the {role} {spec!r} and candidate(s) {shared} are in {where}")
+    return out
 
 
 def named_files(request: ProfileRequest, workdir: Path) -> list[NamedFile]:

@@ -42,7 +42,7 @@ import anyio
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.pipeline import check_named_files
+from nsight_core.pipeline import check_named_files, check_trusted_apart
 from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
@@ -220,6 +220,7 @@ class DaskExecutor:
                 f"jobs to the Dask cluster at {self.address}, whose workers own one GPU each",
                 "leave device unset; Dask gives each job a worker with a free GPU",
             )
+        await anyio.to_thread.run_sync(check_trusted_apart, request)
         await anyio.to_thread.run_sync(check_named_files, request)
         return None
 

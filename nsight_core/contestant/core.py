@@ -163,12 +163,16 @@ class Contestant:
         LoadMsg once the reference's calls are done."""
         t0 = time.monotonic()
         source = Path(self.job.source_file) if self.job.source_file else None
+        ref_source = (
+            Path(self.job.reference_source_file) if self.job.reference_source_file else None
+        )
         workdir = Path(self.job.workdir)
         failures: list[FailureEvent] = []
         integrity: list[str] = []
         for spec in specs:
+            home = ref_source if spec == self.job.annotations[0] and ref_source else source
             try:
-                self.fns[spec] = load_callable(spec, workdir=workdir, source_file=source)
+                self.fns[spec] = load_callable(spec, workdir=workdir, source_file=home)
             except Exception as exc:
                 failures.append(failure_event(spec, "import", exc))
             else:

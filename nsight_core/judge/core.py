@@ -44,6 +44,7 @@ from pydantic import TypeAdapter, ValidationError
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.collectors.events import sync_all
 from nsight_core.errors import ErrorClass, JobExit
+from nsight_core.judge.guard import BoundTools, CandidateImportGuard
 from nsight_core.judge.verdict import (
     Tally,
     TrivialBound,
@@ -86,7 +87,7 @@ from nsight_core.protocol import (
     SlotSpec,
     SuspectEvent,
 )
-from nsight_core.request import ProfileRequest, named_files
+from nsight_core.request import ProfileRequest, named_files, parse_callable_spec
 from nsight_core.rows.diagnose import nbytes_of
 from nsight_core.runtime.check import clone_args, same_result
 from nsight_core.runtime.early_cuda import EarlyCuda
@@ -153,6 +154,8 @@ class Judge:
         self.backend: Backend = seat.backend
         self.settings = JobSettings.of_request(request)
         self._rng = random.Random(secrets.randbits(64))
+        self._tools = BoundTools(self._rng)
+        """Bound before any user code is imported here (guard.py)."""
         self._private = seat.private
         self.arena = seat.arena
         self.phase_seconds: dict[str, float] = {}
@@ -175,14 +178,18 @@ class Judge:
     def send_job(self) -> None:
         """Arm the job's time limit and tell the waiting contestant what to import."""
         self.seat.arm(max(self.job.time_limit_s, 1.0))
-        source = None
+        source = ref_source = None
         if self.job.source_file:
             source = self._private / "inline_source.py"
             shutil.copyfile(self.job.source_file, source)
+        if self.job.reference_source_file:
+            ref_source = self._private / "inline_reference.py"
+            shutil.copyfile(self.job.reference_source_file, ref_source)
         cjob = ContestantJob(
             annotations=self.req.annotations,
             workdir=self.job.workdir,
             source_file=str(source) if source else None,
+            reference_source_file=str(ref_source) if ref_source else None,
             child_timer=self.backend.child_timer,
             check_mutation=self.req.check.enabled and self.req.check.check_mutation,
             check_aliasing=self.req.check.enabled and self.req.check.check_aliasing,
@@ -208,8 +215,13 @@ class Judge:
         return sorted(reads)
 
     def load_trusted(self) -> JobExit | None:
-        source = Path(self.job.source_file) if self.job.source_file else None
+        """Import the reference and the input maker, never a candidate's module: the guard
+        refuses those imports for the judge's life, and what the trusted code rebinds of the
+        judge's own tools fails the job (guard.py)."""
+        src = self.job.reference_source_file or self.job.source_file
+        source = Path(src) if src else None
         workdir = Path(self.job.workdir)
+        self._guard_candidates(workdir)
         for role, spec in (("reference", self.req.reference), ("inputs", self.req.inputs)):
             try:
                 fn = load_callable(spec, workdir=workdir, source_file=source)
@@ -223,7 +235,38 @@ class Judge:
                 self.ref = fn
             else:
                 self.maker = fn
-        return None
+        return self.tools_intact("importing the reference and the input maker")
+
+    def _guard_candidates(self, workdir: Path) -> None:
+        files = [f.path for f in named_files(self.req, workdir) if f.role == "candidate"]
+        modules = []
+        for spec in self.req.candidates:
+            file, module, _ = parse_callable_spec(spec)
+            if file is None and module is None and self.job.source_file:
+                files.append(Path(self.job.source_file))
+            elif module is not None:
+                modules.append(module)
+        CandidateImportGuard(files, modules).install()
+
+    def tools_intact(self, when: str) -> JobExit | None:
+        """None while the judge's checking and drawing tools are those bound at its start;
+        else the job fails, naming what changed: no verdict of it could be trusted."""
+        changed = self._tools.changed()
+        if not changed:
+            return None
+        self.events.emit(
+            FailureEvent(
+                annotation=self.req.reference,
+                phase="import",
+                error_class=ErrorClass.RUNTIME_ERROR,
+                message=(
+                    f"{when} rebound the judge's own {', '.join(changed[:5])}: no verdict of "
+                    "this job could be trusted, so none is given"
+                ),
+                traceback="",
+            )
+        )
+        return JobExit.REFERENCE_FAILED
 
     def hello(self) -> None:
         """The contestant's start: it has imported the reference, and nothing else."""
@@ -597,6 +640,9 @@ class Judge:
         ]
         if configs and not any(ref_ok):
             return int(JobExit.REFERENCE_FAILED)
+        broken = self.tools_intact("calling the reference and the input maker")
+        if broken is not None:
+            return int(broken)
         with self.phase("import"):
             self.load_candidates()
         candidates = [a for a in self.req.annotations[1:] if a in self.loaded]

@@ -32,6 +32,8 @@ JUDGE_GRACE_S = 30.0
 
 INLINE_SOURCE = "inline_source.py"
 """Where a request's inline ``source`` is written in its job directory."""
+INLINE_REFERENCE = "inline_reference.py"
+"""Where a request's inline ``reference_source`` is written in its job directory."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class JobPlan:
     """Where relative names resolve and the candidates run (the request's, else the cwd)."""
     source_file: Path | None
     """The inline ``source`` written into the job directory (`write_source`), if any."""
+    reference_source_file: Path | None
+    """The inline ``reference_source``, written likewise, if any."""
     env: dict[str, str]
     """Added to the allow-listed environment of the job's processes (`job_env`)."""
     contestant_limit_s: float
@@ -67,6 +71,9 @@ class JobPlan:
             request=self.request,
             workdir=str(self.workdir),
             source_file=str(self.source_file) if self.source_file else None,
+            reference_source_file=(
+                str(self.reference_source_file) if self.reference_source_file else None
+            ),
             child_timer=self.backend.child_timer,
             confine=self.confine,
             launch=self.launch,
@@ -74,9 +81,12 @@ class JobPlan:
         )
 
     def write_source(self) -> None:
-        """Write the request's inline source where `source_file` says (before the job runs)."""
+        """Write the request's inline sources where the plan says (before the job runs)."""
         if self.source_file is not None and self.request.source is not None:
             self.source_file.write_text(self.request.source, encoding="utf-8")
+        ref = self.request.reference_source
+        if self.reference_source_file is not None and ref is not None:
+            self.reference_source_file.write_text(ref, encoding="utf-8")
 
 
 def plan_job(
@@ -98,6 +108,9 @@ def plan_job(
         job_dir=job_dir,
         workdir=request_workdir(request),
         source_file=job_dir / INLINE_SOURCE if request.source is not None else None,
+        reference_source_file=(
+            job_dir / INLINE_REFERENCE if request.reference_source is not None else None
+        ),
         env=job_env(gpu),
         contestant_limit_s=limit,
         judge_limit_s=limit + JUDGE_GRACE_S,

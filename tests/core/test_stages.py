@@ -63,6 +63,7 @@ def staged_request(**overrides: Any) -> ProfileRequest:
         "candidates": ["slow", "wrong", "mid", "fast"],
         "inputs": "make",
         "source": SOURCE,
+        "reference_source": SOURCE,
         "configs": [{"n": 3}],
         "runs": 3,
         "check": {"seeds": 1, "check_determinism": False},

@@ -46,6 +46,7 @@ def request(**kw: object) -> ProfileRequest:
         "candidates": ["good", "wrong"],
         "inputs": "make_inputs",
         "source": SOURCE,
+        "reference_source": SOURCE,
         "configs": [{"n": 64}],
         "runs": 3,
         "backend": "events",
@@ -106,7 +107,9 @@ def test_a_job_whose_judge_ends_badly_is_not_released_and_fails_as_a_cold_one(
     """Only exit code 0 releases a job early; any other code waits for the judge's outcome,
     which says what happened, exactly as for a cold job."""
     broken = request(
-        reference="broken", source=SOURCE + "\ndef broken(xs):\n    raise ValueError('no')\n"
+        reference="broken",
+        source=SOURCE,
+        reference_source=SOURCE + "\ndef broken(xs):\n    raise ValueError('no')\n",
     )
     cold = run_profile_job(broken, tmp_path / "a", result_id="a", standby=pool)
     warm = run_profile_job(broken, tmp_path / "b", result_id="b", standby=pool)

@@ -101,9 +101,9 @@ def test_timer_keeps_every_stream_and_drops_the_l2_flush() -> None:
 def _sweep(tmp_path: Path, backend: str, runs: int) -> tuple[ProfileResult, float]:
     request = ProfileRequest.model_validate(
         {
-            "reference": "gpu_softmax.py:torch_softmax",
+            "reference": "gpu_softmax_reference.py:torch_softmax",
             "candidates": ["gpu_softmax.py:triton_softmax"],
-            "inputs": "gpu_softmax.py:make_inputs",
+            "inputs": "gpu_softmax_reference.py:make_inputs",
             "workdir": str(EXAMPLES),
             "configs": [{"rows": 4096, "cols": 1024}, {"rows": 4096, "cols": 4096}],
             "runs": runs,
@@ -160,7 +160,7 @@ def test_softmax_sweep_cupti_matches_ncu_per_kernel_and_in_ranking(tmp_path: Pat
     assert not mismatched, "kernel names differ: " + "; ".join(mismatched)
     assert worst <= TOLERANCE_PCT
     for cid in (0, 1):
-        ref, cand = "gpu_softmax.py:torch_softmax", "gpu_softmax.py:triton_softmax"
+        ref, cand = "gpu_softmax_reference.py:torch_softmax", "gpu_softmax.py:triton_softmax"
         c_speedup = _median(c_rows[(ref, cid)]) / _median(c_rows[(cand, cid)])
         n_speedup = _median(n_rows[(ref, cid)]) / _median(n_rows[(cand, cid)])
         print(f"config {cid}: Triton speedup cupti {c_speedup:.3f}x, ncu {n_speedup:.3f}x")

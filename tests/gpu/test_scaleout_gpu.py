@@ -32,9 +32,9 @@ def anyio_backend() -> str:
 
 def _softmax(**extra: Any) -> dict[str, Any]:
     return {
-        "reference": "gpu_softmax.py:torch_softmax",
+        "reference": "gpu_softmax_reference.py:torch_softmax",
         "candidates": ["gpu_softmax.py:triton_softmax"],
-        "inputs": "gpu_softmax.py:make_inputs",
+        "inputs": "gpu_softmax_reference.py:make_inputs",
         "workdir": str(EXAMPLES),
         "configs": [{"rows": 4096, "cols": 4096}],
         "backend": "events",

@@ -109,6 +109,7 @@ def _slow_request(seconds: float) -> dict[str, Any]:
         "candidates": ["cand"],
         "inputs": "make",
         "source": source,
+        "reference_source": source,
         "backend": "events",
         "runs": 1,
         "warmup": 0,

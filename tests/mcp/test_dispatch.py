@@ -43,7 +43,12 @@ def _busy(counts: dict[int, int]) -> Callable[[], dict[int, int]]:
 
 def _request(**extra: Any) -> ProfileRequest:
     return ProfileRequest(
-        reference="ref", candidates=["cand"], inputs="make", source="x = 1", **extra
+        reference="ref",
+        candidates=["cand"],
+        inputs="make",
+        source="x = 1",
+        reference_source="x = 1",
+        **extra,
     )
 
 
@@ -165,6 +170,7 @@ def _barrier_request(seen: Path, **extra: Any) -> dict[str, Any]:
         "candidates": ["cand"],
         "inputs": "make",
         "source": source,
+        "reference_source": source,
         "backend": "events",
         "runs": 1,
         "warmup": 0,

@@ -337,6 +337,7 @@ async def test_read_results_cancel_kills_a_running_job_and_records_it_cancelled(
         "candidates": ["sleeper"],
         "inputs": "make",
         "source": textwrap.dedent(TORCH_SLEEPER.format(fifo=str(fifo))),
+        "reference_source": textwrap.dedent(TORCH_SLEEPER.format(fifo=str(fifo))),
         "backend": "events",
         "runs": 1,
         "check": {"seeds": 1},

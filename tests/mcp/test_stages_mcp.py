@@ -47,6 +47,7 @@ def staged(**overrides: Any) -> dict[str, Any]:
         "candidates": ["slow", "wrong", "fast"],
         "inputs": "make",
         "source": SOURCE,
+        "reference_source": SOURCE,
         "configs": [{"n": 3}],
         "runs": 3,
         "check": {"seeds": 1, "check_determinism": False},

@@ -78,7 +78,7 @@ def run_screen(
         {
             "reference": bench_softmax.NAMES["torch"],
             "candidates": [bench_softmax.NAMES["triton"]],
-            "inputs": "gpu_softmax.py:make_inputs",
+            "inputs": "gpu_softmax_reference.py:make_inputs",
             "workdir": str(bench_softmax.EXAMPLES),
             "configs": [{"rows": r, "cols": c} for r, c in bench_softmax.SHAPES],
             "runs": SCREEN_RUNS,

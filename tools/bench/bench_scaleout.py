@@ -41,9 +41,9 @@ def softmax_request(gpu: bool, backend: str) -> dict[str, Any]:
     """The softmax request every job of the run repeats."""
     if gpu:
         return {
-            "reference": "gpu_softmax.py:torch_softmax",
+            "reference": "gpu_softmax_reference.py:torch_softmax",
             "candidates": ["gpu_softmax.py:triton_softmax"],
-            "inputs": "gpu_softmax.py:make_inputs",
+            "inputs": "gpu_softmax_reference.py:make_inputs",
             "workdir": str(ROOT / "examples"),
             "configs": [{"rows": 4096, "cols": 4096}],
             "backend": backend,

@@ -51,7 +51,10 @@ sys.path[:0] = [str(ROOT), str(EXAMPLES)]
 METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed"]
 SHAPES = [(4096, 1024), (4096, 4096)]
 RUNS = 3
-NAMES = {"torch": "gpu_softmax.py:torch_softmax", "triton": "gpu_softmax.py:triton_softmax"}
+NAMES = {
+    "torch": "gpu_softmax_reference.py:torch_softmax",
+    "triton": "gpu_softmax.py:triton_softmax",
+}
 
 RAW_SCRIPT = """
 import sys, nvtx, torch
@@ -147,7 +150,7 @@ async def _mcp(
     request = {
         "reference": NAMES["torch"],
         "candidates": [NAMES["triton"]],
-        "inputs": "gpu_softmax.py:make_inputs",
+        "inputs": "gpu_softmax_reference.py:make_inputs",
         "workdir": str(EXAMPLES),
         "configs": [{"rows": r, "cols": c} for r, c in SHAPES],
         "metrics": METRICS,

@@ -100,6 +100,7 @@ def base_request(n: int, runs: int) -> dict[str, object]:
         "candidates": candidate_names(n),
         "inputs": "make_inputs",
         "source": candidate_source(n),
+        "reference_source": candidate_source(n),
         "configs": [SHAPE],
         "metrics": METRICS,
         "runs": runs,
