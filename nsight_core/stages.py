@@ -9,9 +9,16 @@ single-stage path):
 2. **profile**: one job under the request's `backend` (ncu) with its `metrics`, over the
    reference and the `top_k` fastest passing candidates.
 
+Before the screen, the request is priced both ways (`staging.cost`): where a screen cannot
+pay for itself (few candidates, few replay passes), it is skipped and every candidate is
+profiled in one job, and the screen stage says why with the numbers. After the profile
+stage, a kept candidate whose screen the profile stage contradicts beyond the noise is
+doubted and the next-ranked one profiled in its place (`staging.replace`).
+
 This module runs them; `staging/` holds the parts: the two stages' requests (`requests`),
 the ranking after the screen (`ranking`), the budget and the ETA of a later stage
-(`budget`), and the one result made of both (`merge`).
+(`budget`), the price of each way (`cost`), the replacements (`replace`), what every job is
+started with (`context`), and the one result made of both (`merge`).
 
 Cross-check (`crosscheck.cross_check`, after the profile stage): the profile stage's time
 rows and comparisons get the screen's measurement of the same annotation and config
@@ -24,7 +31,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from nsight_core.collectors import get_backend
@@ -33,7 +39,7 @@ from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
-from nsight_core.results import ProfileResult, StageName, StageReport, iso, utc_now
+from nsight_core.results import ProfileResult, StageReport, iso, utc_now
 from nsight_core.rows.assemble import refused
 from nsight_core.rows.crosscheck import cross_check
 from nsight_core.rows.runs import ProgressCallback
@@ -45,8 +51,11 @@ from nsight_core.staging.budget import (
     profile_skip_reason,
     stage_status,
 )
-from nsight_core.staging.merge import join, merged, partial_result, tagged
+from nsight_core.staging.context import StageCallback, StagedRun, StageUpdate
+from nsight_core.staging.cost import H200_COSTS, StageCosts, StagingEstimate, estimate_staging
+from nsight_core.staging.merge import join, merged, partial_result
 from nsight_core.staging.ranking import rank_candidates
+from nsight_core.staging.replace import replace_overrated
 from nsight_core.staging.requests import (
     choose_screen,
     final_backend_of,
@@ -56,8 +65,10 @@ from nsight_core.staging.requests import (
 )
 
 __all__ = [
+    "H200_COSTS",
     "SCREEN_DIR",
     "StageCallback",
+    "StageCosts",
     "StageEta",
     "StageUpdate",
     "choose_screen",
@@ -72,25 +83,6 @@ __all__ = [
 SCREEN_DIR = "screen"
 """The screen stage's job directory inside the result's; the profile stage uses the result's
 own directory, so its report and logs sit where single-stage jobs keep theirs."""
-
-
-@dataclass(frozen=True)
-class StageUpdate:
-    """The stage runner's report to its caller when a stage starts (engine thread)."""
-
-    stage: StageName
-    index: int
-    """0-based position of the stage; `count` stages in all."""
-    count: int
-    backend: str
-    calls: int
-    """Timed calls the stage makes (annotations x configs x runs)."""
-    partial: ProfileResult
-    """The finished stages' rows, comparisons and checks, and every stage's state."""
-    eta: StageEta | None = None
-
-
-StageCallback = Callable[[StageUpdate], None]
 
 
 # -- running -------------------------------------------------------------------------------
@@ -148,22 +140,44 @@ def run_staged(
     clock: Callable[[], float] = time.monotonic,
     standby: StandbyPool | None = None,
     config: EngineConfig | None = None,
+    costs: StageCosts | None = None,
+    force_screen: bool = False,
 ) -> ProfileResult:
     """Screen every candidate, then profile the best `top_k`; never raises for job failures.
 
     `final_backend` replaces the request's backend for the profile stage (default: the
-    request's, ncu); tests on hosts without ncu pass 'events'.
+    request's, ncu); tests on hosts without ncu pass 'events'. `costs` prices the stages to
+    decide whether the screen can pay (`staging.cost`); by default the H200's, and none (the
+    screen always runs) under a stand-in `final_backend`, which is not the ncu they price.
+    `force_screen` screens whatever the estimate says (benchmarks that measure the screen).
     """
     assert request.stages is not None, "run_staged needs a request with stages"
-    top_k = request.stages.top_k
     created = iso(utc_now())
-    budget = Budget(request, clock(), clock)
-    final = final_backend_of(request, final_backend)
+    run = StagedRun(
+        request=request,
+        job_dir=Path(job_dir),
+        result_id=result_id,
+        created=created,
+        final=final_backend_of(request, final_backend),
+        budget=Budget(request, clock(), clock),
+        on_progress=on_progress,
+        on_stage=on_stage,
+        cancel=cancel,
+        gpu=gpu,
+        standby=standby,
+        config=config,
+    )
     try:
         preflight_request(request, final_backend=final_backend)
         screen_backend, fallback_note = choose_screen(request)
     except NsightCoreError as err:
         return refused(err, result_id=result_id, created_at=created)
+    if costs is None and final_backend is None:
+        costs = H200_COSTS
+    estimate = estimate_staging(request, costs) if costs is not None else None
+    if estimate is not None and not estimate.pays and not force_screen:
+        return _unscreened(run, screen_backend, estimate, clock)
+    notes = [estimate.explain()] if estimate is not None else []
     screen_report = StageReport(
         Stage="screen",
         Backend=screen_backend,
@@ -171,91 +185,88 @@ def run_staged(
         Annotations=request.annotations,
         Reason=fallback_note,
     )
-    profile_report = StageReport(Stage="profile", Backend=final, Status="pending")
+    profile_report = StageReport(Stage="profile", Backend=run.final, Status="pending")
 
     # -- stage 1: check + screen -------------------------------------------------------
-    limit = budget.limit()
+    limit = run.budget.limit()
     screen_report = screen_report.model_copy(update={"TimeLimitS": round(limit, 3)})
-    calls = len(request.annotations) * len(request.configs) * request.runs
-    if on_stage is not None:
-        partial = partial_result(result_id, created, [screen_report, profile_report], None)
-        on_stage(StageUpdate("screen", 0, 2, screen_backend, calls, partial))
+    calls = run.timed_calls(len(request.annotations))
+    partial = partial_result(result_id, created, [screen_report, profile_report], None)
+    run.started(StageUpdate("screen", 0, 2, screen_backend, calls, partial))
     t_screen = clock()
-    screen = run_profile_job(
-        screen_request(request, screen_backend, limit),
-        Path(job_dir) / SCREEN_DIR,
-        result_id=result_id,
-        on_progress=on_progress,
-        cancel=cancel,
-        gpu=gpu,
-        standby=standby,
-        config=config,
+    screen = run.job(
+        screen_request(request, screen_backend, limit), run.job_dir / SCREEN_DIR, "screen"
     )
     screen_wall = clock() - t_screen
-    screen = tagged(screen, "screen")
-    screen_status = stage_status(screen, budget.bound(limit))
+    screen_status = stage_status(screen, run.budget.bound(limit))
     metric = get_backend(screen_backend).default_metric
-    ranking = rank_candidates(screen, request, metric, top_k)
+    ranking = rank_candidates(screen, request, metric, request.stages.top_k)
     kept = [r.Annotation for r in ranking if r.Kept]
-    screen_reason = join(
-        fallback_note,
-        cut_reason(request, limit) if screen_status == "cut" else None,
-        screen.message if screen_status == "failed" else None,
-    )
     screen_report = screen_report.model_copy(
         update={
             "Status": screen_status,
             "WallSeconds": round(screen_wall, 3),
-            "Reason": screen_reason,
+            "Reason": join(
+                fallback_note,
+                cut_reason(request, limit) if screen_status == "cut" else None,
+                screen.message if screen_status == "failed" else None,
+            ),
             "Ranking": ranking,
         }
     )
     eta = eta_of(screen, metric, screen_wall)
 
     # -- stage 2: profile the top k under the final backend ------------------------------
-    skip = profile_skip_reason(request, screen_status, kept, budget, eta, cancel)
+    skip = profile_skip_reason(request, screen_status, kept, run.budget, eta, cancel)
     final_result: ProfileResult | None = None
     flags: list[str] = []
     if skip is not None:
         profile_report = profile_report.model_copy(update={"Status": "skipped", "Reason": skip})
     else:
-        limit = budget.limit()
+        limit = run.budget.limit()
         annotations = [request.reference, *kept]
         profile_report = profile_report.model_copy(
             update={"Status": "running", "Annotations": annotations, "TimeLimitS": round(limit, 3)}
         )
-        if on_stage is not None:
-            partial = partial_result(result_id, created, [screen_report, profile_report], screen)
-            calls = len(annotations) * len(request.configs) * request.runs
-            on_stage(StageUpdate("profile", 1, 2, final, calls, partial, eta))
-        t_profile = clock()
-        final_result = run_profile_job(
-            profile_request(request, final, kept, limit),
-            Path(job_dir),
-            result_id=result_id,
-            on_progress=on_progress,
-            cancel=cancel,
-            gpu=gpu,
-            standby=standby,
-            config=config,
+        partial = partial_result(result_id, created, [screen_report, profile_report], screen)
+        run.started(
+            StageUpdate("profile", 1, 2, run.final, run.timed_calls(len(annotations)), partial, eta)
         )
-        final_result = tagged(final_result, "profile")
-        status = stage_status(final_result, budget.bound(limit))
+        t_profile = clock()
+        final_result = run.job(
+            profile_request(request, run.final, kept, limit), run.job_dir, "profile"
+        )
+        status = stage_status(final_result, run.budget.bound(limit))
         checked = cross_check(
             screen,
             final_result,
             screen_metric=metric,
-            final_metric=get_backend(final).default_metric,
+            final_metric=get_backend(run.final).default_metric,
         )
         screen, final_result, flags = checked.screen, checked.final, checked.flags
         profile_report = profile_report.model_copy(
             update={
                 "Status": status,
-                "WallSeconds": round(clock() - t_profile, 3),
                 "Reason": cut_reason(request, limit)
                 if status == "cut"
                 else (final_result.message if status == "failed" else None),
             }
+        )
+        if status == "done" and checked.overrated:
+            replaced = replace_overrated(
+                run,
+                screen,
+                final_result,
+                screen_report,
+                profile_report,
+                checked.overrated,
+                metric,
+                eta,
+            )
+            screen, final_result, screen_report, profile_report = replaced.parts
+            flags += replaced.flags
+        profile_report = profile_report.model_copy(
+            update={"WallSeconds": round(clock() - t_profile, 3)}
         )
     return merged(
         request,
@@ -264,6 +275,59 @@ def run_staged(
         screen,
         final_result,
         [screen_report, profile_report],
-        wall_s=clock() - budget.t0,
+        wall_s=clock() - run.budget.t0,
         flags=flags,
+        notes=notes,
+    )
+
+
+def _unscreened(
+    run: StagedRun, screen_backend: str, estimate: StagingEstimate, clock: Callable[[], float]
+) -> ProfileResult:
+    """The request when the screen cannot pay: one job over every candidate, as unstaged.
+
+    Its ETA comes from the same estimate: ncu's start, then its pace per timed call.
+    """
+    request = run.request
+    screen_report = StageReport(
+        Stage="screen", Backend=screen_backend, Status="skipped", Reason=estimate.explain()
+    )
+    limit = run.budget.limit()
+    profile_report = StageReport(
+        Stage="profile",
+        Backend=run.final,
+        Status="running",
+        Annotations=request.annotations,
+        TimeLimitS=round(limit, 3),
+    )
+    calls = run.timed_calls(len(request.annotations))
+    eta = StageEta(
+        fixed_s=estimate.ncu_start_s,
+        per_call_s=(estimate.all_ncu_s - estimate.ncu_start_s) / max(calls, 1),
+    )
+    partial = partial_result(run.result_id, run.created, [screen_report, profile_report], None)
+    run.started(StageUpdate("profile", 1, 2, run.final, calls, partial, eta))
+    t0 = clock()
+    final = run.job(
+        profile_request(request, run.final, request.candidates, limit), run.job_dir, "profile"
+    )
+    status = stage_status(final, run.budget.bound(limit))
+    profile_report = profile_report.model_copy(
+        update={
+            "Status": status,
+            "WallSeconds": round(clock() - t0, 3),
+            "Reason": cut_reason(request, limit)
+            if status == "cut"
+            else (final.message if status == "failed" else None),
+        }
+    )
+    return merged(
+        request,
+        run.result_id,
+        run.created,
+        None,
+        final,
+        [screen_report, profile_report],
+        wall_s=clock() - run.budget.t0,
+        notes=[estimate.explain()],
     )

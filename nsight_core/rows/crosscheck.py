@@ -24,6 +24,16 @@ Rules (docs/stages.md, "Cross-check", has the same table):
 3. host-bound calls (cupti screen): the screen's latency far above its kernel time
    (`collectors.cupti_samples.host_bound_reason`): the note goes onto the profile stage's
    time row too, since ncu's kernel time alone understates what a caller pays.
+4. screen overrated (any screen): the screen's Speedup of a candidate lies above the
+   profile stage's beyond the noise of both: the screen's 95 % interval starts above the
+   profile stage's interval's end times (1 + `OVERRATED_FLOOR_PCT` / 100). Speedups, not raw
+   times, are compared: the reference is measured in both stages, so each timer's own
+   offsets (the launch path in events, cupti's and ncu's different ends of a kernel) divide
+   out, and one rule serves both screens. The floor is the gap honest timers leave between
+   two kernels' ratios (docs/stages.md). The candidate's time rows in both stages become
+   `suspicious` (it ran differently under the two timers, beyond the noise: the screen
+   promoted it, and a candidate that can tell the timers apart can game either), and the
+   stage runner profiles the next-ranked candidate in its place (`CrossChecked.overrated`).
 
 Pure functions over result models; the metric names come from the caller (the backends'
 `default_metric`), so no backend name is compared here.
@@ -32,7 +42,7 @@ Pure functions over result models; the metric names come from the caller (the ba
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nsight_core.collectors.cupti_samples import (
     CUPTI_DURATION,
@@ -49,6 +59,10 @@ KERNEL_TIME_BELOW_PCT = 25.0
 KERNEL_TIME_SLACK_NS = 2_000.0
 """... plus this absolute slack (2 us), so short kernels' fixed offsets do not trip it."""
 
+OVERRATED_FLOOR_PCT = 20.0
+"""Rule 4: how far the screen's Speedup interval may lie above the profile stage's, beyond
+the noise, before it is flagged (percent of the profile stage's upper bound)."""
+
 Key = tuple[str, int]
 """(annotation, config id)."""
 
@@ -60,6 +74,8 @@ class CrossChecked:
     screen: ProfileResult
     final: ProfileResult
     flags: list[str]
+    overrated: dict[str, str] = field(default_factory=dict)
+    """Rule 4: candidate -> the first reason, for each candidate the screen overrated."""
 
 
 def to_ns(value: float | None, unit: str | None) -> float | None:
@@ -92,6 +108,28 @@ def ranking_disagreement(screen: Comparison, final: Comparison) -> str | None:
         "launch-bound candidate loses there and wins on kernel time: what a caller pays is "
         "the screen's side. Where both timed kernels (cupti, ncu), the candidate ran "
         "differently under the two: check that it does the same work on every call"
+    )
+
+
+def screen_overrated(screen: Comparison, final: Comparison) -> str | None:
+    """Rule 4: the Reason when the screen's Speedup lies above the profile stage's beyond
+    the noise of both and the floor, else None (also when either has no interval)."""
+    s_lo, f_hi = screen.Speedup_CI95_Lower, final.Speedup_CI95_Upper
+    s, f = screen.Speedup, final.Speedup
+    if s_lo is None or f_hi is None or s is None or f is None:
+        return None
+    bound = f_hi * (1.0 + OVERRATED_FLOOR_PCT / 100.0)
+    if s_lo <= bound:
+        return None
+    return (
+        f"screen overrated: the screen ({screen.Metric}) gave {s:.3g}x the reference's speed "
+        f"{_interval(screen)}, the profile stage ({final.Metric}) {f:.3g}x {_interval(final)}: "
+        f"the screen's interval starts above the profile stage's end plus "
+        f"{OVERRATED_FLOOR_PCT:g} % (the gap honest timers leave), so the candidate ran "
+        "differently under the two timers. The screen's number put it in the top k: the "
+        "next-ranked candidate is profiled in its place where the budget allows (the profile "
+        "stage's Reason says). Do not act on its numbers; check that it does the same work on "
+        "every call, whoever times it"
     )
 
 
@@ -155,26 +193,11 @@ def cross_check(
     flags: list[str] = []
     doubted: dict[Key, str] = {}
 
-    comparisons: list[Comparison] = []
-    disagree: dict[Key, str] = {}
-    for c in final.comparisons:
-        other = s_comp.get((c.Annotation, c.ConfigId))
-        if c.Metric != final_metric or other is None:
-            comparisons.append(c)
-            continue
-        value = CrossCheckValue(
-            Backend=_backend_of(screen.rows, screen_metric),
-            Metric=other.Metric,
-            Value=other.Speedup,
-            DeviationPct=deviation_pct(other.Speedup, c.Speedup),
-        )
-        update: dict[str, object] = {"CrossCheck": value}
-        reason = ranking_disagreement(other, c)
-        if reason is not None:
-            disagree[(c.Annotation, c.ConfigId)] = reason
-            update["Reasons"] = [*c.Reasons, reason]
-            flags.append(f"ranking disagreement on {c.Annotation} config {c.ConfigId}")
-        comparisons.append(c.model_copy(update=update))
+    compared = _compare(
+        final.comparisons, s_comp, _backend_of(screen.rows, screen_metric), final_metric
+    )
+    flags += compared.flags
+    disagree, over_keys = compared.disagree, compared.overrated
 
     rows: list[Row] = []
     for r in final.rows:
@@ -197,6 +220,8 @@ def cross_check(
         )
         if key in disagree:
             r = _noted(r, disagree[key])
+        if key in over_keys:
+            r = suspected(r, over_keys[key])
         below = kernel_time_below(other_row, r)
         if below is not None:
             r = _noted(r, below)
@@ -211,17 +236,75 @@ def cross_check(
             r = _noted(r, host)
         rows.append(r)
 
-    screen_rows = [
-        suspected(r, doubted[(r.Annotation, r.ConfigId)])
-        if r.Metric == screen_metric and (r.Annotation, r.ConfigId) in doubted
-        else r
-        for r in screen.rows
-    ]
+    screen_rows = [_doubted(r, screen_metric, doubted, over_keys) for r in screen.rows]
+    overrated: dict[str, str] = {}
+    for (annotation, _), reason in over_keys.items():
+        overrated.setdefault(annotation, reason)
     return CrossChecked(
         screen=screen.model_copy(update={"rows": screen_rows}),
-        final=final.model_copy(update={"rows": rows, "comparisons": comparisons}),
+        final=final.model_copy(update={"rows": rows, "comparisons": compared.comparisons}),
         flags=flags,
+        overrated=overrated,
     )
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """The profile stage's comparisons after rules 1 and 4, and what they flagged by key."""
+
+    comparisons: list[Comparison]
+    disagree: dict[Key, str]
+    overrated: dict[Key, str]
+    flags: list[str]
+
+
+def _compare(
+    comparisons: Sequence[Comparison],
+    screen: dict[Key, Comparison],
+    screen_backend: str,
+    final_metric: str,
+) -> _Compared:
+    """Each profile comparison with the screen's Speedup beside it, and rules 1 and 4."""
+    out: list[Comparison] = []
+    disagree: dict[Key, str] = {}
+    overrated: dict[Key, str] = {}
+    flags: list[str] = []
+    for c in comparisons:
+        key = (c.Annotation, c.ConfigId)
+        other = screen.get(key)
+        if c.Metric != final_metric or other is None:
+            out.append(c)
+            continue
+        value = CrossCheckValue(
+            Backend=screen_backend,
+            Metric=other.Metric,
+            Value=other.Speedup,
+            DeviationPct=deviation_pct(other.Speedup, c.Speedup),
+        )
+        reasons = list(c.Reasons)
+        reason = ranking_disagreement(other, c)
+        if reason is not None:
+            disagree[key] = reason
+            reasons.append(reason)
+            flags.append(f"ranking disagreement on {c.Annotation} config {c.ConfigId}")
+        over = screen_overrated(other, c)
+        if over is not None:
+            overrated[key] = over
+            reasons.append(over)
+            flags.append(f"screen overrated {c.Annotation} on config {c.ConfigId}")
+        out.append(c.model_copy(update={"CrossCheck": value, "Reasons": reasons}))
+    return _Compared(out, disagree, overrated, flags)
+
+
+def _doubted(row: Row, metric: str, *doubts: dict[Key, str]) -> Row:
+    """A screen row with every doubt the rules raised on its annotation and config."""
+    if row.Metric != metric:
+        return row
+    for doubt in doubts:
+        reason = doubt.get((row.Annotation, row.ConfigId))
+        if reason is not None:
+            row = suspected(row, reason)
+    return row
 
 
 def _backend_of(rows: Sequence[Row], metric: str) -> str:

@@ -59,18 +59,74 @@ def merged(
     request: ProfileRequest,
     result_id: str,
     created: str,
-    screen: ProfileResult,
+    screen: ProfileResult | None,
     final: ProfileResult | None,
     reports: list[StageReport],
     *,
     wall_s: float,
     flags: Sequence[str] = (),
+    notes: Sequence[str] = (),
 ) -> ProfileResult:
-    """One result: the profile stage's rows first (the numbers to report), then the screen's."""
+    """One result: the profile stage's rows first (the numbers to report), then the screen's.
+
+    `screen` is None when the screen was skipped (`final` then holds every candidate);
+    `notes` go into the provenance's notes.
+    """
     screen_report, profile_report = reports
+    parts = _message_parts(request, screen_report, profile_report, flags)
+    base = final if final is not None else screen
+    assert base is not None, "a staged result needs at least one stage's result"
+    status: JobStatus
+    if final is not None:
+        status = final.status
+    elif base.status in ("failed", "cancelled"):
+        status = base.status
+    else:
+        status = "done"
+    parts.append(base.message)
+    provenance = _provenance(base.provenance, reports, wall_s, notes)
+    artifacts = dict(final.artifacts) if final is not None else {}
+    stages = [r for r in (final, screen) if r is not None]
+    if screen is not None:
+        artifacts.update({f"screen_{k}": v for k, v in screen.artifacts.items()})
+    return base.model_copy(
+        update={
+            "result_id": result_id,
+            "status": status,
+            "message": "; ".join(p for p in parts if p),
+            "created_at": created,
+            "finished_at": iso(utc_now()),
+            "rows": [x for r in stages for x in r.rows],
+            "comparisons": [x for r in stages for x in r.comparisons],
+            "correctness": [x for r in stages for x in r.correctness],
+            "failures": [x for r in stages for x in r.failures],
+            "error": base.error,
+            "provenance": provenance,
+            "artifacts": artifacts,
+            "stages": reports,
+        }
+    )
+
+
+def _message_parts(
+    request: ProfileRequest,
+    screen_report: StageReport,
+    profile_report: StageReport,
+    flags: Sequence[str],
+) -> list[str]:
+    """What the stages did, for the result's message (the last stage's message follows)."""
+    if screen_report.Status == "skipped":
+        return [
+            f"staged: screen skipped: {screen_report.Reason}; the profile stage "
+            f"({profile_report.Backend}) checked and measured the reference and all "
+            f"{len(request.candidates)} candidate(s): {profile_report.Status}"
+            + (f" ({profile_report.Reason})" if profile_report.Reason else "")
+        ]
     ranking = screen_report.Ranking
     passed = [r for r in ranking if r.Rank is not None]
-    kept = [r.Annotation for r in ranking if r.Kept]
+    top_k = request.stages.top_k if request.stages is not None else 0
+    kept = [r.Annotation for r in ranking if r.Kept and r.Rank is not None and r.Rank <= top_k]
+    extra = [r.Annotation for r in ranking if r.Kept and r.Annotation not in kept]
     parts = [
         f"staged: the screen ({screen_report.Backend}) checked and timed "
         f"{len(request.candidates)} candidate(s), {len(passed)} passed and were ranked"
@@ -80,9 +136,10 @@ def merged(
     if profile_report.Status == "skipped":
         parts.append(f"profile stage skipped: {profile_report.Reason}")
     else:
+        instead = f", and {extra} in place of kept ones the screen overrated" if extra else ""
         parts.append(
-            f"kept the top {len(kept)} {kept} for the profile stage ({profile_report.Backend}): "
-            f"{profile_report.Status}"
+            f"kept the top {len(kept)} {kept} for the profile stage ({profile_report.Backend})"
+            f"{instead}: {profile_report.Status}"
             + (f" ({profile_report.Reason})" if profile_report.Reason else "")
         )
     left_out = [r for r in ranking if not r.Kept]
@@ -98,44 +155,37 @@ def merged(
             f"stage ({'; '.join(flags[:5])}{'; ...' if len(flags) > 5 else ''}): see the "
             "profile rows' Reasons and CrossCheck"
         )
-    base = final if final is not None else screen
-    status: JobStatus
-    if final is not None:
-        status = final.status
-    elif screen.status in ("failed", "cancelled"):
-        status = screen.status
-    else:
-        status = "done"
-    parts.append(base.message)
-    provenance = _provenance(base.provenance, reports, wall_s)
-    artifacts = dict(final.artifacts) if final is not None else {}
-    artifacts.update({f"screen_{k}": v for k, v in screen.artifacts.items()})
-    return base.model_copy(
+    return parts
+
+
+def absorbed(
+    final: ProfileResult, extra: ProfileResult, reference: str, prefix: str
+) -> ProfileResult:
+    """The profile stage's result with a later profile job's candidates added.
+
+    The later job measured the reference again, for its own paired comparisons; those
+    reference rows and checks are left out (the first job's stand, one row per key), and
+    its files are listed under `prefix`.
+    """
+    return final.model_copy(
         update={
-            "result_id": result_id,
-            "status": status,
-            "message": "; ".join(p for p in parts if p),
-            "created_at": created,
-            "finished_at": iso(utc_now()),
-            "rows": (final.rows if final else []) + screen.rows,
-            "comparisons": (final.comparisons if final else []) + screen.comparisons,
-            "correctness": (final.correctness if final else []) + screen.correctness,
-            "failures": (final.failures if final else []) + screen.failures,
-            "error": final.error if final is not None else screen.error,
-            "provenance": provenance,
-            "artifacts": artifacts,
-            "stages": reports,
+            "rows": final.rows + [r for r in extra.rows if r.Annotation != reference],
+            "comparisons": final.comparisons + extra.comparisons,
+            "correctness": final.correctness
+            + [c for c in extra.correctness if c.Annotation != reference],
+            "failures": final.failures + extra.failures,
+            "artifacts": final.artifacts | {f"{prefix}{k}": v for k, v in extra.artifacts.items()},
         }
     )
 
 
 def _provenance(
-    base: Provenance | None, reports: list[StageReport], wall_s: float
+    base: Provenance | None, reports: list[StageReport], wall_s: float, extra: Sequence[str]
 ) -> Provenance | None:
     if base is None:
         return None
     phases = dict(base.phase_seconds)
-    notes = list(base.notes)
+    notes = [*base.notes, *extra]
     for r in reports:
         if r.WallSeconds is not None:
             phases[f"stage_{r.Stage}"] = r.WallSeconds

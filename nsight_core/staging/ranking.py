@@ -113,3 +113,38 @@ def _not_rankable(result: ProfileResult, cand: str, metric: str, configs: range)
             "reference's gave no value): not ranked"
         )
     return None
+
+
+def next_ranked(ranking: list[ScreenRank], taken: set[str], n: int) -> list[str]:
+    """The best `n` ranked candidates not in `taken` (those profiled already), in rank order:
+    who is profiled in place of kept candidates whose screen ncu contradicted."""
+    return [r.Annotation for r in ranking if r.Rank is not None and r.Annotation not in taken][
+        : max(0, n)
+    ]
+
+
+def with_replacements(
+    ranking: list[ScreenRank], displaced: dict[str, str], replacements: dict[str, str]
+) -> list[ScreenRank]:
+    """The ranking once the profile stage has doubted `displaced` (candidate -> what became
+    of it) and profiled `replacements` (candidate -> whom it replaced)."""
+    out: list[ScreenRank] = []
+    for r in ranking:
+        if r.Annotation in displaced:
+            r = r.model_copy(
+                update={
+                    "Suspicious": True,
+                    "Why": f"{r.Why}; profiled, but the profile stage contradicted its screen "
+                    f"speedup beyond the noise (its rows' Reasons): {displaced[r.Annotation]}",
+                }
+            )
+        elif r.Annotation in replacements:
+            r = r.model_copy(
+                update={
+                    "Kept": True,
+                    "Why": f"{r.Why}; profiled in place of {replacements[r.Annotation]}, whose "
+                    "screen speedup the profile stage contradicted",
+                }
+            )
+        out.append(r)
+    return out

@@ -34,9 +34,11 @@ from nsight_core.rows.aggregate import RowContext, aggregate_rows, compare_to_re
 from nsight_core.rows.crosscheck import (
     KERNEL_TIME_BELOW_PCT,
     KERNEL_TIME_SLACK_NS,
+    OVERRATED_FLOOR_PCT,
     CrossChecked,
     cross_check,
     kernel_time_below,
+    screen_overrated,
 )
 from nsight_core.settings import JobSettings
 
@@ -267,3 +269,60 @@ def test_a_profile_stage_without_the_time_metric_gets_no_cross_check() -> None:
     final = ncu_profile({REF: [1.0] * 3, CAND: [1.0] * 3}, metric="dram__bytes_read.sum")
     out = check(screen, final)
     assert out.final == final and out.flags == []
+
+
+# -- rule 4: the screen overrated a kept candidate ---------------------------------------------
+
+
+def test_a_candidate_the_screen_overrated_beyond_the_noise_is_doubted_in_both_stages() -> None:
+    # The screen saw the candidate at 4x the reference's speed; ncu, outside its process,
+    # at the reference's own: the screen's interval lies far above ncu's.
+    cupti = {REF: [20_000.0, 20_100.0, 19_900.0], CAND: [5_000.0, 5_050.0, 4_980.0]}
+    ncu = {REF: [20_500.0, 20_600.0, 20_400.0], CAND: [20_400.0, 20_600.0, 20_500.0]}
+    out = check(cupti_screen(cupti, short_calls(REF, CAND)), ncu_profile(ncu))
+    assert list(out.overrated) == [CAND]
+    assert "screen overrated" in out.overrated[CAND]
+    assert f"screen overrated {CAND} on config 0" in out.flags
+    for stage in (out.final, out.screen):
+        metric = DEFAULT_METRIC if stage is out.final else CUPTI_DURATION
+        cand = row(stage, CAND, metric)
+        assert cand.Trust == "suspicious", cand
+        assert any("screen overrated" in r for r in cand.Reasons)
+        assert row(stage, REF, metric).Trust == "ok"
+    comp = comparison(out.final, CAND, DEFAULT_METRIC)
+    assert any("screen overrated" in r and "4" in r for r in comp.Reasons), comp.Reasons
+
+
+@pytest.mark.parametrize(
+    ("cand_screen", "why"),
+    [
+        (
+            [17_400.0, 17_500.0, 17_450.0],
+            "1.15x against 1.0x: within the floor honest timers leave",
+        ),
+        ([6_000.0, 19_000.0, 30_000.0], "2x at the median, but the screen's interval is wide"),
+        ([25_000.0, 25_100.0, 24_900.0], "the screen underrated it: never flagged"),
+    ],
+)
+def test_no_overrated_flag_within_the_floor_the_noise_or_below(
+    cand_screen: list[float], why: str
+) -> None:
+    cupti = {REF: [20_000.0, 20_100.0, 19_900.0], CAND: cand_screen}
+    ncu = {REF: [20_500.0, 20_600.0, 20_400.0], CAND: [20_400.0, 20_600.0, 20_500.0]}
+    out = check(cupti_screen(cupti, short_calls(REF, CAND)), ncu_profile(ncu))
+    assert out.overrated == {}, why
+    assert row(out.final, CAND, DEFAULT_METRIC).Trust == "ok", why
+
+
+def test_the_overrated_bound_is_the_profile_intervals_end_plus_the_floor() -> None:
+    final = comparison(
+        ncu_profile({REF: [2.0, 2.0, 2.0], CAND: [2.0, 2.0, 2.0]}), CAND, DEFAULT_METRIC
+    )
+    assert final.Speedup_CI95_Upper is not None
+    edge = final.Speedup_CI95_Upper * (1 + OVERRATED_FLOOR_PCT / 100)
+    at = final.model_copy(update={"Speedup_CI95_Lower": edge, "Speedup": edge * 1.1})
+    above = at.model_copy(update={"Speedup_CI95_Lower": edge * 1.001})
+    assert screen_overrated(at, final) is None
+    assert screen_overrated(above, final) is not None
+    no_ci = above.model_copy(update={"Speedup_CI95_Lower": None})
+    assert screen_overrated(no_ci, final) is None

@@ -27,10 +27,12 @@ from nsight_core.stages import (
     rank_candidates,
     run_staged,
 )
+from nsight_core.staging.cost import H200_COSTS, calls_per_config, estimate_staging
 
 # Host-clock times are set by sleeps far apart (2, 8, 30 ms against the reference's 20 ms),
 # so the ranking does not depend on this host's load. `wrong` is the fastest and incorrect.
-SOURCE = """
+# The reference and the input maker live in a file of their own, apart from the candidates.
+REFERENCE = """
 import time
 
 def make(n):
@@ -39,6 +41,12 @@ def make(n):
 def ref(n):
     time.sleep(0.020)
     return n * 2
+"""
+REF = "reference.py:ref"
+MAKE = "reference.py:make"
+
+SOURCE = """
+import time
 
 def fast(n):
     time.sleep(0.002)
@@ -57,13 +65,22 @@ def wrong(n):
 """
 
 
-def staged_request(**overrides: Any) -> ProfileRequest:
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder that holds the reference's file (and whatever a test adds)."""
+    folder = tmp_path_factory.mktemp("staged")
+    (folder / "reference.py").write_text(REFERENCE)
+    return folder
+
+
+def staged_request(workdir: Path | None = None, **overrides: Any) -> ProfileRequest:
     fields: dict[str, Any] = {
-        "reference": "ref",
+        "reference": REF,
         "candidates": ["slow", "wrong", "mid", "fast"],
-        "inputs": "make",
+        "inputs": MAKE,
         "source": SOURCE,
         "reference_source": SOURCE,
+        "workdir": str(workdir) if workdir is not None else None,
         "configs": [{"n": 3}],
         "runs": 3,
         "check": {"seeds": 1, "check_determinism": False},
@@ -74,11 +91,11 @@ def staged_request(**overrides: Any) -> ProfileRequest:
 
 
 def test_screen_ranks_by_time_keeps_the_top_k_and_leaves_out_the_incorrect(
-    tmp_path: Path,
+    tmp_path: Path, workdir: Path
 ) -> None:
     updates: list[StageUpdate] = []
     result = run_staged(
-        staged_request(),
+        staged_request(workdir),
         tmp_path / "job",
         result_id="staged",
         on_stage=updates.append,
@@ -103,10 +120,10 @@ def test_screen_ranks_by_time_keeps_the_top_k_and_leaves_out_the_incorrect(
     assert slow.Speedup is not None and slow.Speedup < 1.0
     # The profile stage measured the reference and the kept two only; the screen's rows
     # stay, each marked with its stage.
-    assert profile.Annotations == ["ref", "fast", "mid"]
-    assert {r.Annotation for r in result.rows if r.Stage == "profile"} == {"ref", "fast", "mid"}
+    assert profile.Annotations == [REF, "fast", "mid"]
+    assert {r.Annotation for r in result.rows if r.Stage == "profile"} == {REF, "fast", "mid"}
     assert {r.Annotation for r in result.rows if r.Stage == "screen"} == {
-        "ref",
+        REF,
         "fast",
         "mid",
         "slow",
@@ -144,17 +161,17 @@ def test_screen_ranks_by_time_keeps_the_top_k_and_leaves_out_the_incorrect(
     ]
     assert updates[0].calls == 5 * 1 * 3 and updates[1].calls == 3 * 1 * 3
     assert updates[1].eta is not None and updates[1].eta.per_call_s > 0
-    assert {r.Annotation for r in updates[1].partial.rows} == {"ref", "fast", "mid", "slow"}
+    assert {r.Annotation for r in updates[1].partial.rows} == {REF, "fast", "mid", "slow"}
     assert [s.Status for s in updates[1].partial.stages] == ["done", "running"]
 
 
 def test_a_tiny_budget_cuts_the_screen_and_skips_the_profile_stage_saying_why(
-    tmp_path: Path,
+    tmp_path: Path, workdir: Path
 ) -> None:
     # One second is not enough for python and the imports of the screen's processes.
     t0 = time.monotonic()
     result = run_staged(
-        staged_request(budget_s=1.0),
+        staged_request(workdir, budget_s=1.0),
         tmp_path / "job",
         result_id="budget",
         final_backend="events",
@@ -172,18 +189,204 @@ def test_a_tiny_budget_cuts_the_screen_and_skips_the_profile_stage_saying_why(
 
 
 @pytest.mark.slow  # two more jobs; the staged path itself runs by default (above)
-def test_cupti_screen_falls_back_to_events_where_cupti_cannot_run(tmp_path: Path) -> None:
+def test_cupti_screen_falls_back_to_events_where_cupti_cannot_run(
+    tmp_path: Path, workdir: Path
+) -> None:
     if importlib.util.find_spec("cupti") is not None:
         pytest.skip("cupti-python is installed here: no fallback to see")
     request = staged_request(
-        candidates=["slow", "fast"], stages={"screen": "cupti", "top_k": 1}, runs=2
+        workdir, candidates=["slow", "fast"], stages={"screen": "cupti", "top_k": 1}, runs=2
     )
     result = run_staged(request, tmp_path / "job", result_id="fb", final_backend="events")
     screen, profile = result.stages
     assert screen.Backend == "events"
     assert screen.Reason is not None and "'cupti' cannot run here" in screen.Reason
     assert "screened with events" in result.message
-    assert profile.Annotations == ["ref", "fast"]
+    assert profile.Annotations == [REF, "fast"]
+
+
+def test_a_screen_that_cannot_pay_is_skipped_and_every_candidate_profiled_in_one_job(
+    tmp_path: Path, workdir: Path
+) -> None:
+    # The server's own costs (the H200's) price this request: four candidates, one metric
+    # (one replay pass), so ncu would spare too little for a screen's start to pay back.
+    updates: list[StageUpdate] = []
+    result = run_staged(
+        staged_request(workdir),
+        tmp_path / "job",
+        result_id="unscreened",
+        on_stage=updates.append,
+        final_backend="events",
+        costs=H200_COSTS,
+    )
+    assert result.status == "done", result.message
+    screen, profile = result.stages
+    assert (screen.Status, screen.Annotations, screen.Ranking) == ("skipped", [], [])
+    assert screen.Reason is not None
+    assert "staging estimate" in screen.Reason and "the screen cannot pay here" in screen.Reason
+    assert "5 callables x 1 config(s) x 4 calls" in screen.Reason
+    assert (profile.Status, profile.Annotations) == ("done", [REF, "slow", "wrong", "mid", "fast"])
+    # One job, the profile stage's: every candidate checked and measured there, none screened.
+    assert not (tmp_path / "job" / "screen").exists()
+    assert {r.Stage for r in result.rows} == {"profile"}
+    assert {r.Annotation for r in result.rows} == {REF, "slow", "mid", "fast"}
+    assert any(c.Annotation == "wrong" and not c.Passed for c in result.correctness)
+    assert result.message.startswith("staged: screen skipped: staging estimate")
+    assert result.provenance is not None
+    assert any("staging estimate" in n for n in result.provenance.notes)
+    assert [(u.stage, u.index, u.count) for u in updates] == [("profile", 1, 2)]
+    assert updates[0].eta is not None and updates[0].eta.fixed_s == H200_COSTS.ncu_start_s
+
+
+# A candidate that games the screen: fast while no flag file exists beside it, which the test
+# writes when the profile stage starts. The others' sleeps are far apart (ratios 2x, 1.33x,
+# 0.67x against the reference's 40 ms), so only the gamer's two stages disagree.
+GAMING = """
+import os
+import time
+
+FLAG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiling.flag")
+
+def gamer(n):
+    time.sleep(0.080 if os.path.exists(FLAG) else 0.002)
+    return n * 2
+
+def fast(n):
+    time.sleep(0.020)
+    return n * 2
+
+def mid(n):
+    time.sleep(0.030)
+    return n * 2
+
+def slow(n):
+    time.sleep(0.060)
+    return n * 2
+"""
+
+
+@pytest.mark.slow  # three jobs: the screen, the profile stage and its replacement job
+def test_a_kept_candidate_that_gamed_the_screen_is_doubted_and_the_next_ranked_profiled(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "reference.py").write_text(REFERENCE.replace("0.020", "0.040"))
+    (folder / "cands.py").write_text(GAMING)
+    updates: list[StageUpdate] = []
+
+    def on_stage(update: StageUpdate) -> None:
+        updates.append(update)
+        if update.stage == "profile":
+            (folder / "profiling.flag").touch()
+
+    request = staged_request(
+        folder,
+        candidates=["cands.py:slow", "cands.py:mid", "cands.py:gamer", "cands.py:fast"],
+        source=None,
+    )
+    result = run_staged(
+        request, tmp_path / "job", result_id="gamed", on_stage=on_stage, final_backend="events"
+    )
+    assert result.status == "done", result.message
+    screen, profile = result.stages
+    gamer, fast, mid = "cands.py:gamer", "cands.py:fast", "cands.py:mid"
+    by_name = {r.Annotation: r for r in screen.Ranking}
+    assert [r.Annotation for r in screen.Ranking][:3] == [gamer, fast, mid]
+    # The gamer took a place in the top 2 with its screen number; ncu's stand-in saw it at
+    # half the reference's speed, so the next-ranked candidate was profiled in its place.
+    assert profile.Status == "done"
+    assert profile.Annotations == [REF, gamer, fast, mid]
+    assert profile.Reason is not None and "replace1/" in profile.Reason
+    assert by_name[gamer].Suspicious and f"replaced by {mid}" in by_name[gamer].Why
+    assert by_name[mid].Kept and f"in place of {gamer}" in by_name[mid].Why
+    assert [(u.stage, u.calls) for u in updates] == [("screen", 15), ("profile", 9), ("profile", 6)]
+    for stage in ("screen", "profile"):
+        rows = [r for r in result.rows if r.Annotation == gamer and r.Stage == stage]
+        assert rows and all(r.Trust == "suspicious" for r in rows), rows
+        assert all(any("screen overrated" in x for x in r.Reasons) for r in rows)
+    honest = [r for r in result.rows if r.Annotation in (REF, fast, mid)]
+    assert not any("screen overrated" in x for r in honest for x in r.Reasons)
+    # The replacement job measured the reference again for its own comparisons; the result
+    # keeps one profile row of it, and the replacement's comparison.
+    assert len([r for r in result.rows if r.Annotation == REF and r.Stage == "profile"]) == 1
+    assert any(c.Annotation == mid and c.Stage == "profile" for c in result.comparisons)
+    assert any(k.startswith("replace1_") for k in result.artifacts)
+    assert f"screen overrated {gamer}" in result.message
+
+
+TEN_METRICS = [
+    "gpu__time_duration.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "smsp__inst_executed.sum",
+    "l1tex__t_bytes.sum",
+    "lts__t_bytes.sum",
+    "smsp__warps_launched.sum",
+    "sm__cycles_elapsed.avg.per_second",
+]
+
+
+def _bench_shaped(candidates: int, metrics: list[str]) -> ProfileRequest:
+    """Shaped like tools/bench/bench_stages.py's requests (issue 27's two cases)."""
+    return staged_request(
+        candidates=[f"c{i:02d}" for i in range(candidates)],
+        metrics=metrics,
+        check={"seeds": 1},
+        stages={"screen": "cupti", "top_k": 3},
+    )
+
+
+def test_the_estimate_skips_the_screen_where_staging_lost_on_the_h200_and_keeps_it_where_it_won() -> (
+    None
+):
+    small = estimate_staging(_bench_shaped(8, TEN_METRICS[:2]), H200_COSTS)
+    large = estimate_staging(_bench_shaped(32, TEN_METRICS), H200_COSTS)
+    # One untimed call, three runs and the determinism check's second call per config.
+    assert (small.calls_per_config, large.calls_per_config) == (5, 5)
+    assert (small.callables, small.kept, large.callables, large.kept) == (9, 4, 33, 4)
+    assert small.passes < large.passes
+    assert not small.pays and small.staged_s > small.all_ncu_s
+    assert large.pays and large.staged_s <= 0.9 * large.all_ncu_s
+    # Every number of the estimate can be redone from the costs and the request's shape.
+    c = H200_COSTS
+    assert math.isclose(small.screen_s, c.screen_start_s + 9 * 5 * c.screen_call_s)
+    assert math.isclose(large.all_ncu_s, c.ncu_start_s + 33 * 5 * large.passes * c.ncu_call_pass_s)
+    assert math.isclose(large.kept_ncu_s, c.ncu_start_s + 4 * 5 * large.passes * c.ncu_call_pass_s)
+    text = small.explain()
+    assert f"{small.screen_s:.1f} s" in text and f"{small.all_ncu_s:.1f} s" in text
+    assert "cannot pay" in text and "the screen pays" in large.explain()
+
+
+@pytest.mark.parametrize(
+    ("check", "warmup", "runs", "calls"),
+    [
+        ({"seeds": 1, "check_determinism": False}, 1, 3, 4),
+        ({"seeds": 1}, 1, 3, 5),  # the determinism check calls the first checked call twice
+        ({"seeds": 8, "check_determinism": False}, 1, 3, 8),  # 5 untimed checked calls
+        ({"seeds": 1, "check_determinism": False}, 4, 3, 7),
+        ({"enabled": False}, 0, 2, 3),  # always one untimed call
+    ],
+)
+def test_calls_per_config_count_the_calls_the_judge_makes(
+    check: dict[str, Any], warmup: int, runs: int, calls: int
+) -> None:
+    request = staged_request(check=check, warmup=warmup, runs=runs)
+    assert calls_per_config(request) == calls
+
+
+def test_more_candidates_or_more_replay_passes_make_the_screen_pay_sooner() -> None:
+    def pays(candidates: int, metrics: list[str]) -> bool:
+        return estimate_staging(_bench_shaped(candidates, metrics), H200_COSTS).pays
+
+    assert not pays(4, TEN_METRICS[:1])
+    assert not pays(32, TEN_METRICS[:1])  # one pass: a screen call costs about one ncu call
+    assert [pays(n, TEN_METRICS) for n in (8, 16, 32)] == sorted(
+        pays(n, TEN_METRICS) for n in (8, 16, 32)
+    )
+    assert pays(32, TEN_METRICS)
 
 
 # -- ranking rules, on results as the screen writes them -------------------------------------
@@ -218,7 +421,7 @@ def _row(ann: str, trust: TrustLevel = "ok", reasons: list[str] | None = None) -
 def _comparison(ann: str, speedup: float | None, config: int = 0) -> Comparison:
     return Comparison(
         Annotation=ann,
-        Baseline="ref",
+        Baseline=REF,
         ConfigId=config,
         Params={},
         Metric="t",
