@@ -212,13 +212,6 @@ class DeviceLocks:
                 self._slots = discover_slots()
 
     @contextlib.asynccontextmanager
-    async def hold(self, key: str, on_wait: Callable[[str], None]) -> AsyncIterator[None]:
-        """Wait for the slot with this lock name alone."""
-        slot = next((s for s in await self.slots() if s.key == key), GpuSlot(key))
-        async with self.take(slot, on_wait):
-            yield
-
-    @contextlib.asynccontextmanager
     async def take(
         self,
         want: GpuSlot | None,

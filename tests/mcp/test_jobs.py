@@ -12,7 +12,7 @@ import pytest
 
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
-from nspy_mcp.devices import DeviceLocks
+from nspy_mcp.devices import DeviceLocks, GpuSlot
 from nspy_mcp.progress import ProgressTracker
 
 pytestmark = pytest.mark.anyio
@@ -68,6 +68,12 @@ def test_a_state_note_keeps_the_progress_already_reached() -> None:
     assert note.message.startswith("queued")
 
 
+async def slot_named(locks: DeviceLocks, key: str) -> GpuSlot:
+    """The slot with this lock name, as a request naming it would get (a GPU this host
+    lacks is still a lock of that name)."""
+    return next((s for s in await locks.slots() if s.key == key), GpuSlot(key))
+
+
 async def test_jobs_of_one_server_on_one_device_run_one_at_a_time(tmp_path: Path) -> None:
     locks = DeviceLocks(tmp_path)
     order: list[str] = []
@@ -76,7 +82,7 @@ async def test_jobs_of_one_server_on_one_device_run_one_at_a_time(tmp_path: Path
     second_waits = anyio.Event()
 
     async def first() -> None:
-        async with locks.hold("cpu", order.append):
+        async with locks.take(await slot_named(locks, "cpu"), order.append):
             order.append("first in")
             first_in.set()
             await release.wait()
@@ -88,7 +94,7 @@ async def test_jobs_of_one_server_on_one_device_run_one_at_a_time(tmp_path: Path
 
     async def second() -> None:
         await first_in.wait()
-        async with locks.hold("cpu", on_wait):
+        async with locks.take(await slot_named(locks, "cpu"), on_wait):
             order.append("second in")
 
     with anyio.fail_after(10):
@@ -123,7 +129,8 @@ async def test_a_device_held_by_another_process_makes_a_job_wait_until_it_is_fre
 
     async def job() -> None:
         nonlocal entered
-        async with DeviceLocks(tmp_path).hold("gpu-0", on_wait):
+        locks = DeviceLocks(tmp_path)
+        async with locks.take(await slot_named(locks, "gpu-0"), on_wait):
             entered = True
 
     with anyio.fail_after(10):
