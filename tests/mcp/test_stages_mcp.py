@@ -18,7 +18,7 @@ from nspy_mcp.server import build_server
 
 pytestmark = pytest.mark.anyio
 
-SOURCE = """
+REFERENCE = """
 import time
 
 def make(n):
@@ -27,6 +27,11 @@ def make(n):
 def ref(n):
     time.sleep(0.010)
     return n * 2
+"""
+REF = "reference.py:ref"
+
+SOURCE = """
+import time
 
 def fast(n):
     time.sleep(0.001)
@@ -41,13 +46,15 @@ def wrong(n):
 """
 
 
-def staged(**overrides: Any) -> dict[str, Any]:
+def staged(workdir: Path, **overrides: Any) -> dict[str, Any]:
+    """A staged request; the reference and the input maker live in a file of their own."""
+    (workdir / "reference.py").write_text(REFERENCE)
     request: dict[str, Any] = {
-        "reference": "ref",
+        "reference": REF,
         "candidates": ["slow", "wrong", "fast"],
-        "inputs": "make",
+        "inputs": "reference.py:make",
         "source": SOURCE,
-        "reference_source": SOURCE,
+        "workdir": str(workdir),
         "configs": [{"n": 3}],
         "runs": 3,
         "check": {"seeds": 1, "check_determinism": False},
@@ -77,7 +84,7 @@ async def test_read_results_shows_the_screen_rows_and_an_eta_while_the_profile_s
     server = build_server(tmp_path / "store", final_stage_backend="events")
     async with Client(server) as client:
         first = structured(
-            await client.call_tool("profile_candidates", {"request": staged(wait_s=0)})
+            await client.call_tool("profile_candidates", {"request": staged(tmp_path, wait_s=0)})
         )
         result_id = first["result_id"]
         assert first["status"] in {"queued", "running"}
@@ -101,17 +108,17 @@ async def test_read_results_shows_the_screen_rows_and_an_eta_while_the_profile_s
     screen, profile = partial["stages"]
     assert screen["Status"] == "done"
     assert [r["Annotation"] for r in screen["Ranking"] if r["Kept"]] == ["fast"]
-    assert profile["Annotations"] == ["ref", "fast"]
+    assert profile["Annotations"] == [REF, "fast"]
     assert profile["EtaS"] is not None and profile["EtaS"] >= 0
     assert {r["Stage"] for r in partial["rows"]} == {"screen"}
-    assert {r["Annotation"] for r in partial["rows"]} == {"ref", "slow", "fast"}
+    assert {r["Annotation"] for r in partial["rows"]} == {REF, "slow", "fast"}
     assert "stage 2/2 profile (events)" in partial["message"]
     assert "rows of the finished stage(s) ['screen'] are below" in partial["message"]
     assert "s left" in partial["message"]
 
     assert final["status"] == "done", final["message"]
     assert [s["Status"] for s in final["stages"]] == ["done", "done"]
-    assert {r["Annotation"] for r in final["rows"] if r["Stage"] == "profile"} == {"ref", "fast"}
+    assert {r["Annotation"] for r in final["rows"] if r["Stage"] == "profile"} == {REF, "fast"}
     assert "kept the top 1 ['fast']" in final["message"]
 
 
@@ -120,11 +127,13 @@ async def test_staged_requests_that_cannot_work_are_refused_before_anything_is_q
 ) -> None:
     async with Client(build_server(tmp_path / "store")) as client:
         events_only = error_text(
-            await client.call_tool("profile_candidates", {"request": staged(backend="events")})
+            await client.call_tool(
+                "profile_candidates", {"request": staged(tmp_path, backend="events")}
+            )
         )
         budget_alone = error_text(
             await client.call_tool(
-                "profile_candidates", {"request": staged(stages=None, budget_s=10.0)}
+                "profile_candidates", {"request": staged(tmp_path, stages=None, budget_s=10.0)}
             )
         )
         listing = structured(await client.call_tool("read_results", {}))
