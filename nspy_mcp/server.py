@@ -70,6 +70,7 @@ from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
 from nspy_mcp.schemas import OutputPolicy, advertised_input, advertised_output
+from nspy_mcp.tasks import TasksExtension, task_slot
 from nspy_mcp.tool_errors import agent_text, corrupt_error, reject_unknown_arguments, tool_error
 from nspy_mcp.version import __version__
 from nspy_mcp.wire import run_stdio
@@ -258,6 +259,9 @@ async def profile_candidates(
         job = await state.jobs.submit(request)
     except NsightCoreError as err:
         raise tool_error(err) from err
+    if (as_task := task_slot()) is not None:  # answered as a task (nspy_mcp/tasks.py)
+        as_task.result_id = job.result_id
+        return result_tool_answer(state.store, state.jobs.snapshot(job))
     result = await state.jobs.wait(job, request.wait_s, _progress_sink(ctx), owner=True)
     return result_tool_answer(state.store, with_next_step(shape_result(result, full=False)))
 
@@ -539,6 +543,7 @@ def build_server(
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
         log_level="WARNING",
+        extensions=[TasksExtension()],
     )
     server.middleware.append(reject_unknown_arguments(server))
     _add_tool(server, check_environment, "Check the profiling environment", READ_ONLY)
