@@ -89,7 +89,7 @@ from nsight_core.protocol import (
 )
 from nsight_core.request import ProfileRequest, named_files, parse_callable_spec
 from nsight_core.rows.diagnose import nbytes_of
-from nsight_core.runtime.check import clone_args, same_result
+from nsight_core.runtime.check import clone_args, inputs_differ, same_result
 from nsight_core.runtime.early_cuda import EarlyCuda
 from nsight_core.runtime.loader import load_callable
 from nsight_core.runtime.process import (
@@ -391,6 +391,13 @@ class Judge:
             actual = self.arena.decode_output(reply.output, set(out_slots))
         except ValueError as exc:
             actual = _Undecodable(str(exc))
+        if check and self.req.check.check_mutation:
+            # Decided here, from what the input slots hold after the call, not from the
+            # contestant's report (which candidate code in its process could rebind).
+            seen = inputs_differ(inputs, self.arena.read_inputs(node, inputs))
+            if seen:
+                mine = [f"mutated input {name} (seen in the judge's slot)" for name in seen]
+                reply = reply.model_copy(update={"reasons": [*reply.reasons, *mine]})
         sync_all()
         self.judge_s += time.perf_counter() - t1
         return reply, actual

@@ -37,6 +37,7 @@ __all__ = [
     "clone_args",
     "compare_outputs",
     "default_tolerance",
+    "inputs_differ",
     "mutated",
     "same_result",
     "snapshot_inputs",
@@ -114,6 +115,12 @@ def mutated(snapshot: Snapshot, args: Any) -> list[str]:
         if not diff.passed:
             changed.append(diff.path or name)
     return changed
+
+
+def inputs_differ(before: Any, after: Any) -> list[str]:
+    """Names of the inputs that differ between two argument structures: `mutated`'s
+    comparison, on an original the caller kept untouched (the judge's own inputs)."""
+    return mutated(Snapshot(tuple(_roots(before))), after)
 
 
 def _bitwise_same(before: Any, after: Any) -> bool:

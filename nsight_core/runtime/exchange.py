@@ -294,6 +294,32 @@ class Arena:
             return _Opaque(node.type_name)
         raise ValueError("a pickled object is not a valid output description")
 
+    def read_inputs(self, node: Node, original: Any) -> Any:
+        """The arguments as the input slots hold them now, shaped like ``original`` (what the
+        judge encoded as ``node``): after a call, the contestant's writes into its inputs are
+        here, whatever it reports. Values that crossed outside the slots are ``original``'s."""
+        if isinstance(node, ArrayNode) and node.slot is not None and node.slot in self._slots:
+            slot = self._slots[node.slot]
+            return _rebuild(node, slot.buf[: node.nbytes], fresh=False)
+        if isinstance(node, SeqNode) and isinstance(original, tuple | list):
+            return self._read_seq(node, original)
+        if isinstance(node, DictNode) and isinstance(original, dict):
+            return self._read_dict(node, original)
+        return original
+
+    def _read_seq(self, node: SeqNode, original: tuple[Any, ...] | list[Any]) -> Any:
+        if len(node.items) != len(original):
+            return original
+        items = [self.read_inputs(n, o) for n, o in zip(node.items, original, strict=True)]
+        return tuple(items) if isinstance(original, tuple) else items
+
+    def _read_dict(self, node: DictNode, original: dict[Any, Any]) -> Any:
+        if list(node.keys) != list(original):
+            return original
+        return {
+            k: self.read_inputs(n, original[k]) for k, n in zip(node.keys, node.items, strict=True)
+        }
+
     def close(self) -> None:
         for slot in self._slots.values():
             slot.buf = None
@@ -327,7 +353,8 @@ def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
     """An array like ``node`` made from a slot's bytes ``data`` (copied when fresh)."""
     if node.framework == "numpy":
         raw = data.cpu().numpy() if _is_device_buf(data) else data
-        return np.asarray(raw).view(np.dtype(node.dtype)).reshape(node.shape).copy()
+        view = np.asarray(raw).view(np.dtype(node.dtype)).reshape(node.shape)
+        return view.copy() if fresh else view
     if node.framework == "cupy" and not _is_device_buf(data):
         cupy = sys.modules["cupy"]
         return cupy.asarray(data.view(np.dtype(node.dtype)).reshape(node.shape))
@@ -377,10 +404,12 @@ class SlotTable:
                 self._bufs[spec.slot] = np.frombuffer(mm, dtype=np.uint8, count=spec.nbytes)
 
     def materialize(self, node: Node) -> Any:
-        """New objects for one call: arrays are fresh copies, never the slots themselves."""
+        """The call's arguments: arrays are views of the judge's slots where their layout
+        allows (a dense array on the slot's own device), so whatever the call writes into an
+        input is there for the judge to see (`Arena.read_inputs`); others are copies."""
         if isinstance(node, ArrayNode):
             assert node.slot is not None
-            return _rebuild(node, self._bufs[node.slot][: node.nbytes], fresh=True)
+            return _rebuild(node, self._bufs[node.slot][: node.nbytes], fresh=False)
         if isinstance(node, ValueNode):
             return _value_of(node)
         if isinstance(node, PickleNode):
