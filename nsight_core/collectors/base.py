@@ -33,6 +33,10 @@ from nsight_core.settings import JobSettings
 if TYPE_CHECKING:  # only for annotations: sandbox.py stays out of the import graph here
     from nsight_core.processes.sandbox import SandboxOutcome
 
+TamperScope = Literal["timer", "none", "all"]
+"""What a rebinding inside the contestant puts in doubt (`Backend.tampering_affects`): the
+numbers of this backend's timer, nothing of this backend's, or every row of the job."""
+
 ChildTimer = Literal["range", "clock", "cupti"]
 """'range': the contestant opens one NVTX range per timed call and an external profiler
 measures it; 'clock': the contestant times the call itself (CUDA events or a host clock);
@@ -117,6 +121,14 @@ class Backend(ABC):
         """The judge's samples of one timed call from what the contestant's timer reported:
         its in-process time as the backend's metric; none where a profiler measures."""
         return [] if ns is None else [SampleEvent.of(key, self.default_metric, ns)]
+
+    def tampering_affects(self, what: str) -> TamperScope:
+        """What a rebinding the contestant's integrity watch named (``what``) puts in doubt
+        for this backend: its timer knows what its numbers go through (`CallTimer`), so a
+        patched clock that this backend never reads leaves its rows standing."""
+        from nsight_core.collectors.timers import timer_class  # lazy: timers imports base
+
+        return timer_class(self.child_timer).tampering_affects(what)
 
     def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
         """Notes only this backend's numbers call for (cupti: host-bound calls); the rows'

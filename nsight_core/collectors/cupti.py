@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.cupti_samples import (
@@ -53,7 +53,7 @@ from nsight_core.collectors.cupti_samples import (
     records_from_cupti_samples,
 )
 from nsight_core.collectors.events import Device, sync_all
-from nsight_core.collectors.timers import CallTimer, TimedCall
+from nsight_core.collectors.timers import REPLY_PATH, CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Row
@@ -303,6 +303,10 @@ class CuptiTimer:
     _harness_thread: int | None = None
     api_filter: str = ""
     """After `start`: 'launches' when only launch APIs are recorded, else why all are."""
+    watch_volatile: ClassVar[frozenset[str]] = frozenset(
+        {"_kernels", "_apis", "_errors", "outside", "_harness_thread"}
+    )
+    """Attributes each call rebinds; the integrity watch checks all the others."""
     outside: list[str] = field(default_factory=list)
     """After `time_call`: names of kernels another thread launched since the previous timed
     call ended (`launched_elsewhere`); empty when there were none."""
@@ -434,6 +438,17 @@ class CuptiCallTimer(CallTimer):
 
     kind = "cupti"
     external = False
+    relies_on = (
+        *REPLY_PATH,
+        "cupti",
+        "cupy.cuda",
+        "nsight_core.collectors.events",
+        "nsight_core.collectors.cupti",
+        "nsight_core.collectors.timers.CallTimer",
+        "nsight_core.collectors.timers.TimedCall",
+    )
+    """CUPTI's records and clock, the L2 flush (events.Device) and the harness's sync;
+    never the host clocks or CUDA events the events backend reads."""
 
     def __init__(self) -> None:
         self._timer = CuptiTimer()

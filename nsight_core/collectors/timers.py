@@ -19,12 +19,43 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, get_args
 
 from nsight_core.annotation import end_range, start_range
-from nsight_core.collectors.base import ChildTimer
+from nsight_core.collectors.base import ChildTimer, TamperScope
 from nsight_core.collectors.events import Device, sync_all
 from nsight_core.protocol import KernelTiming, RunKey
 
 TIMER_KINDS: tuple[str, ...] = get_args(ChildTimer)
 """Every timer kind a contestant accepts on its command line."""
+
+
+HARNESS_PATHS = (
+    "nsight_core",
+    "time",
+    "torch.cuda.Event",
+    "cupy.cuda",
+    "cupti",
+    "nvtx",
+    "socket",
+    "gc",
+)
+"""What only the contestant's harness and its timers use (dotted prefixes of the names the
+integrity watch reports): rebinding one of these can change what a timer reports, never
+what a candidate computes. A timer whose path does not go through it is untouched."""
+
+REPLY_PATH = (
+    "nsight_core.contestant",
+    "nsight_core.runtime",
+    "nsight_core.protocol",
+    "socket",
+    "gc",
+)
+"""The harness between an in-process timer and the judge: the loop that calls candidates,
+the slots and the reply that carries the number (and the collector that could pause it)."""
+
+
+def on_path(what: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether the watched name ``what`` ('nsight_core.collectors.events.Device().kind',
+    'time.perf_counter_ns (seen after ...)') lies under one of the dotted ``prefixes``."""
+    return any(what == p or (what.startswith(p) and what[len(p)] in ".([ ") for p in prefixes)
 
 
 @dataclass
@@ -48,6 +79,19 @@ class CallTimer(ABC):
     """True when a profiler outside the process measures (ncu reads NVTX ranges): the
     process then ends through C's exit, where the profiler finishes its report, and runs no
     GPU warm-up of its own that the profiler would record."""
+    relies_on: ClassVar[tuple[str, ...]]
+    """Dotted prefixes of everything this timer's numbers go through in the contestant
+    (functions, classes, their instances' state, buffers): a rebinding there is tampering
+    with this timer; one elsewhere among `HARNESS_PATHS` leaves its numbers standing."""
+
+    @classmethod
+    def tampering_affects(cls, what: str) -> TamperScope:
+        """What the rebinding the watch named ``what`` puts in doubt: this timer's numbers,
+        nothing of this timer's (another timer's path), or every row (anything else: a
+        framework function that candidates and the reference compute with)."""
+        if on_path(what, cls.relies_on):
+            return "timer"
+        return "none" if on_path(what, HARNESS_PATHS) else "all"
 
     def start(self) -> None:
         """Load what timing needs: before confinement and before any candidate import."""
@@ -67,6 +111,18 @@ class RangeTimer(CallTimer):
 
     kind = "range"
     external = True
+    relies_on = (
+        "nvtx",
+        "nsight_core.annotation",
+        "nsight_core.collectors.timers.CallTimer",
+        "nsight_core.collectors.timers.RangeTimer",
+        "nsight_core.collectors.timers.start_range",
+        "nsight_core.collectors.timers.end_range",
+        "nsight_core.collectors.timers.sync_all",
+        "nsight_core.contestant",
+    )
+    """The ranges ncu reads and the loop that opens them; a forged reply or a patched
+    clock changes no number that comes from outside the process."""
 
     def start(self) -> None:
         import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
@@ -86,6 +142,17 @@ class ClockTimer(CallTimer):
 
     kind = "clock"
     external = False
+    relies_on = (
+        *REPLY_PATH,
+        "time",
+        "torch.cuda.Event",
+        "cupy.cuda",
+        "nsight_core.collectors.events",
+        "nsight_core.collectors.timers.CallTimer",
+        "nsight_core.collectors.timers.ClockTimer",
+        "nsight_core.collectors.timers.TimedCall",
+    )
+    """Host clock or CUDA events around the call, after the L2 flush (events.Device)."""
 
     def __init__(self) -> None:
         self._time_call = Device.time_call  # bound before any candidate can rebind it
@@ -102,8 +169,13 @@ _TIMERS: dict[str, tuple[str, str]] = {
 }
 
 
+def timer_class(kind: str) -> type[CallTimer]:
+    """The `CallTimer` class of ``kind``; its module is imported only now."""
+    module, name = _TIMERS[kind]
+    cls: type[CallTimer] = getattr(importlib.import_module(module), name)
+    return cls
+
+
 def call_timer(kind: str) -> CallTimer:
     """A new timer of ``kind``; its module is imported only now (cupti's loads libcupti)."""
-    module, name = _TIMERS[kind]
-    timer: CallTimer = getattr(importlib.import_module(module), name)()
-    return timer
+    return timer_class(kind)()

@@ -211,6 +211,8 @@ class Contestant:
                 return int(JobExit.OK)
             if isinstance(msg, LoadMsg):
                 self.watch.snapshot()  # what the reference's calls imported (cupy, triton)
+                # The timing path's state (timer, device, flush buffer), as candidates find it.
+                self.watch.watch_state(self, volatile=("startup_s",))
                 self._send(self.load(self.job.annotations[1:]))
                 continue
             self._send(self.call(msg))

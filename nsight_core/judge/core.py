@@ -108,17 +108,48 @@ _REPLY = TypeAdapter[ContestantMsg](ContestantMsg)
 START_TIMEOUT_S = 120.0
 """How long the contestant may take to start, import and say hello (ncu start-up included)."""
 
-IN_PROCESS_PREFIXES = (
-    "time.",
-    "torch.cuda.Event",
-    "cupy.cuda.",
-    "nsight_core.",
-    "socket.",
-    "gc.",
-)
-"""Rebinding these can only fool timers inside the contestant; external numbers stand."""
-
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+PROBES_PER_CONFIG = 2
+"""Calls per annotation and config that repeat an earlier call's inputs: the determinism
+check. Where they fall among the config's calls, untimed and timed alike, and which call
+each repeats, is drawn from the judge's secret generator."""
+
+
+def draw_probes(
+    rng: random.Random, untimed: int, runs: int, k: int = PROBES_PER_CONFIG
+) -> dict[int, int]:
+    """Call position -> the earlier position whose inputs it repeats, for a config of
+    ``untimed`` untimed calls, ``k`` more, then ``runs`` timed ones (position 0 first).
+
+    ``k`` positions, any but the first, repeat a random earlier call that had fresh inputs;
+    every other call has fresh inputs, so the config keeps ``untimed + runs`` of them. With
+    two or more probes and a timed run, one falls among the untimed calls and one among the
+    timed ones (which, drawn at random): a candidate that is deterministic only where it
+    is not timed, or only where it is, meets a probe either way."""
+    n, first_timed = untimed + k + runs, untimed + k
+    at: set[int] = set()
+    if k >= 2 and runs >= 1:
+        at = {rng.randrange(1, first_timed), rng.randrange(first_timed, n)}
+    rest = [q for q in range(1, n) if q not in at]
+    at.update(rng.sample(rest, k - len(at)))
+    fresh = [q for q in range(n) if q not in at]
+    return {p: rng.choice([q for q in fresh if q < p]) for p in sorted(at)}
+
+
+@dataclass
+class _Probes:
+    """One annotation's repeated inputs on one config: which call positions repeat which
+    earlier ones, and the inputs and output of only those earlier calls."""
+
+    repeats: dict[int, int]
+    """Position of a repeating call -> the earlier position whose inputs it gets again."""
+    extra: int
+    """Untimed calls added to the config's own, so the repeats take no fresh call's place."""
+    pos: int = -1
+    """The position of the call being made (0: the config's first call)."""
+    kept: dict[int, tuple[Inputs, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -135,6 +166,8 @@ class _ConfigState:
     pending: dict[str, list[RangeEvent | SampleEvent | FailureEvent]] = field(default_factory=dict)
     bound: TrivialBound | None = None
     bound_known: bool = False
+    probes: dict[str, _Probes] = field(default_factory=dict)
+    """Per annotation, which of its calls repeat an earlier one's inputs (`_probe_plan`)."""
 
     def __post_init__(self) -> None:
         self.alive = set(self.anns)
@@ -306,10 +339,21 @@ class Judge:
         if reason in self._suspects:
             return
         self._suspects.add(reason)
-        in_process = what.startswith(IN_PROCESS_PREFIXES) if what else False
-        self.events.emit(
-            SuspectEvent(annotation=annotation, reason=reason, in_process_only=in_process)
-        )
+        # The backend's timer says whether the rebinding touches its numbers (a patched
+        # host clock leaves cupti's and ncu's standing), and those rows only.
+        affects = self.backend.tampering_affects(what) if what else "all"
+        if affects == "none":
+            self.notes.append(f"{reason}: not on this backend's timing path; its rows stand")
+            return
+        in_process = affects == "timer" and self.backend.evidence == "in_process"
+        targets: list[str | None] = [annotation]
+        if annotation is None and what and len(self.loaded) > 1:
+            # Seen once candidates exist: every call of the reference was made before.
+            targets = [a for a in self.loaded if a != self.req.reference]
+        for target in targets:
+            self.events.emit(
+                SuspectEvent(annotation=target, reason=reason, in_process_only=in_process)
+            )
 
     def _read(self) -> HelloMsg | ReplyMsg:
         assert self._chan is not None and self._proc is not None
@@ -474,10 +518,15 @@ class Judge:
         return out
 
     def _one(self, st: _ConfigState, ann: str, run: int | None) -> None:
-        """One call of ``ann``: fresh inputs, the call, its verdict, its timed events."""
+        """One call of ``ann``: fresh inputs (or a probe's repeated ones), the call, its
+        verdict, its timed events."""
+        repeat = self._repeat_of(st, ann)
         try:
-            inputs = self.make_inputs(st.config)
-            expected = self._expect(st, inputs)
+            if repeat is None:
+                inputs = self.make_inputs(st.config)
+                expected = self._expect(st, inputs)
+            else:  # the earlier output, which passed, stands in for the expected one
+                inputs, expected = repeat
         except Exception as exc:
             failure = failure_event(self.req.reference, "check", exc, config_id=st.cid)
             raise _ReferenceFailed(failure) from exc
@@ -501,8 +550,7 @@ class Judge:
         if self.req.check.enabled:
             tally = st.tallies[ann]
             self._judge(tally, expected, reply, actual, st.bound)
-            if run is None and self.req.check.check_determinism and tally.calls == 1:
-                self._check_determinism(st, ann, inputs, expected, actual)
+            self._check_determinism(st, ann, run, inputs, actual)
             if not tally.passed:
                 st.alive.discard(ann)
                 return
@@ -513,18 +561,56 @@ class Judge:
                 key, reply.ns, reply.kernels, self.settings
             )
 
+    def _probe_plan(self, st: _ConfigState, ann: str) -> _Probes | None:
+        """Which of ``ann``'s calls on this config repeat an earlier call's inputs, drawn
+        from the judge's secret generator on its first call (`draw_probes`); None when
+        determinism is not checked. The untimed calls grow by `PROBES_PER_CONFIG` whether
+        or not the probes fall among them, so their number says nothing."""
+        spec = self.req.check
+        if not (spec.enabled and spec.check_determinism):
+            return None
+        plan = st.probes.get(ann)
+        if plan is None:
+            repeats = draw_probes(self._rng, self.untimed_calls, self.req.runs)
+            plan = st.probes[ann] = _Probes(repeats, extra=PROBES_PER_CONFIG)
+        return plan
+
+    def _repeat_of(self, st: _ConfigState, ann: str) -> tuple[Inputs, Any] | None:
+        """Step ``ann`` to its next call position; the inputs of the earlier call this one
+        repeats and that call's output, or None when this call gets fresh inputs."""
+        plan = self._probe_plan(st, ann)
+        if plan is None:
+            return None
+        plan.pos += 1
+        source = plan.repeats.get(plan.pos)
+        return None if source is None else plan.kept.get(source)
+
     def _check_determinism(
-        self, st: _ConfigState, ann: str, inputs: Inputs, expected: Any, first: Any
+        self, st: _ConfigState, ann: str, run: int | None, inputs: Inputs, output: Any
     ) -> None:
-        """Call ``ann`` again on the same inputs; the two outputs must agree exactly."""
+        """A call that passed: keep its inputs and output when a later call repeats them; a
+        repeating call must give exactly that output again. After the config's first call,
+        the plan's extra untimed calls follow."""
+        plan = st.probes.get(ann)
         tally = st.tallies[ann]
-        if not tally.passed:
+        if plan is None or not tally.passed:
             return
-        reply, again = self.call(ann, st.cid, None, inputs, expected)
         t0 = time.perf_counter()
-        if not reply.ok or not same_result(first, again).passed:
-            tally.fail("nondeterministic: two calls on the same inputs differ")
+        pos = plan.pos
+        source = plan.repeats.get(pos)
+        if source is not None and source in plan.kept:
+            if not same_result(plan.kept[source][1], output).passed:
+                tally.fail("nondeterministic: two calls on the same inputs differ")
+            if not any(s == source and p > pos for p, s in plan.repeats.items()):
+                del plan.kept[source]  # its last repeat: nothing more to keep it for
+        elif pos in plan.repeats.values():
+            plan.kept[pos] = (inputs, output)
         self.judge_s += time.perf_counter() - t0
+        if run is None and pos == 0:
+            for _ in range(plan.extra):
+                if ann not in st.alive or not tally.passed:
+                    break
+                self._one(st, ann, None)
 
     def _judge(
         self, tally: Tally, expected: Any, reply: ReplyMsg, actual: Any, bound: TrivialBound | None

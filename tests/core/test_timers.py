@@ -8,7 +8,7 @@ import pytest
 
 from nsight_core.collectors import backend_names, get_backend
 from nsight_core.collectors.events import Device
-from nsight_core.collectors.timers import TIMER_KINDS, call_timer
+from nsight_core.collectors.timers import TIMER_KINDS, call_timer, on_path
 from nsight_core.protocol import RunKey
 from nsight_core.request import ProfileRequest
 from nsight_core.settings import JobSettings
@@ -54,3 +54,55 @@ def test_under_a_profiler_the_call_is_a_range_and_the_judge_adds_no_sample() -> 
     assert timed.out == 3 and timed.ns is None
     ncu = get_backend("ncu")
     assert ncu.call_samples(RunKey("ref", 0, 0), timed.ns, [], _settings("ncu")) == []
+
+
+FLUSH = "nsight_core.collectors.events._FLUSH_BUFFERS (['torch-cuda'] resized: (1,) -> (2,))"
+
+
+@pytest.mark.parametrize(
+    ("what", "events", "cupti", "ncu"),
+    [
+        # A patched host clock or CUDA event: only the events timer reads them.
+        ("time.perf_counter_ns", "timer", "none", "none"),
+        ("torch.cuda.Event.elapsed_time (seen after 'c')", "timer", "none", "none"),
+        # The L2 flush and the device: both in-process timers flush; ncu flushes itself.
+        (FLUSH, "timer", "timer", "none"),
+        (
+            "nsight_core.collectors.events.Device().kind ('torch-cuda' -> 'cpu')",
+            "timer",
+            "timer",
+            "none",
+        ),
+        ("nsight_core.collectors.cupti.CuptiTimer()._cupti (replaced)", "none", "timer", "none"),
+        ("cupti.cupti.get_timestamp", "none", "timer", "none"),
+        # The ranges ncu reads.
+        ("nvtx.end_range", "none", "none", "timer"),
+        ("nsight_core.collectors.timers.start_range", "none", "none", "timer"),
+        (
+            "nsight_core.collectors.timers.RangeTimer().time_call (set on the instance)",
+            "none",
+            "none",
+            "timer",
+        ),
+        # The harness's loop and its timer object: every timer's.
+        ("nsight_core.contestant.core.Contestant().timer (replaced)", "timer", "timer", "timer"),
+        # A reply nobody asked for carries in-process numbers only.
+        ("nsight_core.protocol", "timer", "timer", "none"),
+        # What candidates and the reference compute with: every row, whatever the timer.
+        ("torch.softmax", "all", "all", "all"),
+        ("nspy_user_ref.torch", "all", "all", "all"),
+    ],
+)
+def test_each_backend_says_which_tampering_touches_its_timer(
+    what: str, events: str, cupti: str, ncu: str
+) -> None:
+    got = {name: get_backend(name).tampering_affects(what) for name in ("events", "cupti", "ncu")}
+    assert got == {"events": events, "cupti": cupti, "ncu": ncu}
+
+
+def test_a_name_matches_a_path_only_at_a_boundary() -> None:
+    assert on_path("time.perf_counter_ns", ("time",))
+    assert not on_path("timeit.default_timer", ("time",))
+    assert on_path(
+        "nsight_core.collectors.events.Device().kind (x)", ("nsight_core.collectors.events.Device",)
+    )

@@ -5,6 +5,7 @@ Hack: forging the contestant's report messages: it appends fake sample lines to 
   reply, with a tiny time, to the harness's socket, then computes the right answer.
 Expect: pass
 Expect trust: suspicious
+Expect trust ncu: ok, noisy
 Runs alone: forged messages concern the whole job.
 Defence: the judge writes the events file, in a directory the contestant cannot reach
   (confined file access); on the socket every call carries a nonce and the judge takes

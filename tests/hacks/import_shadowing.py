@@ -5,6 +5,7 @@ Hack: import shadowing (a module named like a framework beside the candidate, so
   raises if anything imports it; shadowing/candidate.py is an honest softmax.
 Expect: pass
 Expect trust: suspicious
+Expect reference trust: suspicious
 Spec: shadowing/candidate.py:candidate
 Runs alone: the shadowing file concerns the whole job.
 Defence: the judge and the contestant import the installed frameworks before any user

@@ -5,8 +5,9 @@ Hack: nondeterministic output, standing in for a race or a read of uninitialised
   than the inputs. The noise is seeded from the OS, so reseeding the RNGs does not fix it.
 Expect: incorrect
 Expect reasons: nondeterministic
-Defence: the judge sends the same inputs twice (fresh copies each time) and requires
-  check.same_result (exact equality, NaN equal to NaN).
+Defence: the judge repeats earlier inputs at random positions among a config's calls
+  (fresh copies each time) and requires check.same_result with the earlier output
+  (exact equality, NaN equal to NaN).
 """
 
 from __future__ import annotations

@@ -5,10 +5,14 @@ Hack: timer tampering (patching torch.cuda.Event at import gave 4.6x with a CI u
   ten times shorter, then computes the right answer slowly.
 Expect: pass
 Expect trust: suspicious
-Runs alone: a patched clock affects every annotation timed in the same process.
+Expect trust cupti: ok, noisy
+Expect trust ncu: ok, noisy
+Runs alone: a patched clock affects every annotation timed after it in the same process.
 Defence: the contestant binds its timers before importing candidates and watches them;
-  a rebound timer makes every in-process row suspicious with the attribute named. Under
-  ncu the times come from outside the process and stand.
+  a rebound clock makes the rows of the timer that reads it suspicious, with the
+  attribute named: every candidate's under events (the reference was timed before any
+  candidate existed). cupti reads CUPTI's clock and ncu measures from outside the
+  process, so their rows stand (`Backend.tampering_affects`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ _LL_RULE_PATH_BENEATH = 1
 _LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE, _LL_READ_DIR = 1, 2, 4, 8
 _LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14
 _LL_READ = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
+_LL_OPEN_RW = _LL_READ | _LL_WRITE_FILE | _LL_TRUNCATE  # no make, remove or rename
 _LL_FILE_ONLY = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE
 _LL_SCOPE_SIGNAL = 2
 
@@ -50,8 +51,20 @@ SYSTEM_READ_DIRS = (
     "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/run",
 )  # fmt: skip
 """Read (and execute) in `default_fs_access`: programs, libraries, configuration, CUDA."""
-SYSTEM_WRITE_DIRS = ("/dev",)
-"""Written in `default_fs_access`: /dev/null, /dev/shm, the GPU device files (opened O_RDWR)."""
+SYSTEM_WRITE_DIRS: tuple[str, ...] = ()
+"""Written whole in `default_fs_access`: none. /dev is read; only the device files below are
+written, so nothing can be created in /dev/shm (see `SHARED_MEMORY_DIRS`)."""
+DEVICE_FILES = (
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+    "/dev/kfd", "/dev/dri", "/dev/nvidia-caps", "/dev/nvidia-caps-imex-channels",
+)  # fmt: skip
+"""Opened for writing in `default_fs_access` (with every /dev/nvidia* file: the GPU device
+files are opened O_RDWR); a path that does not exist grants nothing."""
+SHARED_MEMORY_DIRS = ("/dev/shm",)
+"""POSIX shared memory: files that already exist there may be opened for reading and
+writing (CUDA IPC's and torch's reference counts of a tensor shared by another process),
+but nothing may be created, removed or renamed: a file a job left there would outlive the
+job and reach the next one."""
 CACHE_DIR_VARS = ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR")
 """Cache directories the server's environment may name; `default_fs_access` makes them
 writable so JIT caches keep working."""
@@ -65,6 +78,8 @@ class FsAccess:
     """Read, list and execute beneath each path."""
     write: tuple[Path, ...] = ()
     """Everything (create, write, remove, rename) beneath each path."""
+    open_existing: tuple[Path, ...] = ()
+    """Read, and write files that exist, beneath each path; create, remove, rename nothing."""
     scope_signals: bool = True
     """Also forbid signalling processes outside the sandbox (Landlock ABI >= 6)."""
 
@@ -81,8 +96,9 @@ def landlock_abi() -> int:
 def default_fs_access(
     workdir: Path, *, read: Sequence[Path] = (), write: Sequence[Path] = ()
 ) -> FsAccess:
-    """System directories and the Python installation (prefixes, site-packages, sys.path,
-    PYTHONPATH) read-only, ``workdir`` read-only, /dev and the named JIT caches writable.
+    """System directories, /dev and the Python installation (prefixes, site-packages,
+    sys.path, PYTHONPATH) read-only, ``workdir`` read-only, the device files and the named
+    JIT caches writable, files that exist in /dev/shm open for writing (`SHARED_MEMORY_DIRS`).
 
     `run_sandboxed` adds the job's private directory (HOME, TMPDIR) as writable.
     """
@@ -96,9 +112,20 @@ def default_fs_access(
     for cache in caches:  # a rule grants nothing for a path that does not exist yet
         with contextlib.suppress(OSError):
             Path(cache).mkdir(parents=True, exist_ok=True)
-    reads = [Path(p) for p in (*SYSTEM_READ_DIRS, *sorted(py))]
-    writes = [Path(p) for p in (*SYSTEM_WRITE_DIRS, *caches)]
-    return FsAccess(read=(*reads, Path(workdir), *read), write=(*writes, *write))
+    reads = [Path(p) for p in (*SYSTEM_READ_DIRS, "/dev", *sorted(py))]
+    writes = [Path(p) for p in (*SYSTEM_WRITE_DIRS, *device_files(), *caches)]
+    shm = tuple(Path(p) for p in SHARED_MEMORY_DIRS)
+    return FsAccess(read=(*reads, Path(workdir), *read), write=(*writes, *write), open_existing=shm)
+
+
+def device_files() -> list[str]:
+    """`DEVICE_FILES` and the GPU's device files present now (/dev/nvidia0, nvidiactl,
+    nvidia-uvm, ...)."""
+    try:
+        gpus = sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+    except OSError:
+        gpus = []
+    return [*DEVICE_FILES, *(g for g in gpus if g not in DEVICE_FILES)]
 
 
 def _landlock_check(result: int, what: str) -> int:
@@ -130,6 +157,7 @@ def landlock_ruleset(access: FsAccess) -> int:
     )
     try:
         rules = [(p, _LL_READ) for p in access.read] + [(p, handled) for p in access.write]
+        rules += [(p, _LL_OPEN_RW) for p in access.open_existing]
         for path, rights in rules:
             try:
                 pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
