@@ -2,9 +2,10 @@
 
 Runs inside the worker. On a GPU (torch or cupy arguments on a CUDA device) each sample is
 CUDA-event time around the call after the L2 cache was flushed by reading a buffer twice its
-size; on a CPU it is `perf_counter_ns` around the call. Inputs are made outside the timed
-region by the worker. The numbers include launch overhead, so they are not comparable with
-ncu's `gpu__time_duration`; rows say which backend made them.
+size, with the stream held while the call launches (`StreamHold`), so the window is the
+call's GPU work; on a CPU it is `perf_counter_ns` around the call. Inputs are made outside
+the timed region by the worker. The numbers include the gaps between a call's kernels, so
+they are not ncu's `gpu__time_duration`; rows say which backend made them.
 
 Frameworks are found through `sys.modules` (the candidate's imports), never imported here.
 """
@@ -37,6 +38,71 @@ kernels (CUPTI kernel time: write flush 9.8/11.8/33.9/56.4 us, read flush 8.3/10
 
 _FLUSH_BUFFERS: dict[str, Any] = {}
 """The L2 flush buffer of each device kind in this process (only ever read)."""
+
+HOLD_FIRST_NS = 2_000_000
+"""The stream hold of a process's first timed call: longer than any launch path we have
+seen (a Triton launch takes tens of microseconds); later holds follow the launches seen."""
+HOLD_MIN_NS = 100_000
+HOLD_MAX_NS = 50_000_000
+HOLD_MARGIN = 3.0
+"""Each hold lasts this many times the longest launch path seen so far (within the bounds)."""
+
+
+@dataclass
+class StreamHold:
+    """Holds the stream with a sleeping kernel while a call is launched, so the call's
+    events time its GPU work alone: the technique nvbench uses for cold measurements.
+
+    Without it the window opened when the host recorded the start event and the GPU was
+    idle, so every kernel waited for its own launch, and a launcher that costs more than
+    its kernel (Triton's) was timed as GPU time: events ranked a 9 us Triton kernel below
+    an 11 us torch one. With it the start event waits behind the sleeping kernel until the
+    whole call is queued, and the kernels run back to back. A call that outlasts its hold
+    (it synchronizes inside, or launches for longer than any call before it) gets the old
+    window for that sample, and the next hold is longer; `unheld` counts those."""
+
+    ns_per_cycle: float | None = None
+    hold_ns: float = HOLD_FIRST_NS
+    longest_launch_ns: float = 0.0
+    unheld: int = 0
+
+    def hold(self, torch: Any) -> float:
+        """Queue the sleeping kernel; the hold's length in ns (0: no hold possible here)."""
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            return 0.0
+        if self.ns_per_cycle is None:
+            self.ns_per_cycle = _ns_per_cycle(torch, sleep)
+        if not self.ns_per_cycle:
+            return 0.0
+        sleep(int(self.hold_ns / self.ns_per_cycle))
+        return self.hold_ns
+
+    def launched(self, launch_ns: float, held_ns: float) -> None:
+        """Fit the next hold to the launch paths seen; count a launch that outlasted its hold."""
+        if held_ns and launch_ns >= held_ns:
+            self.unheld += 1
+        self.longest_launch_ns = max(self.longest_launch_ns, launch_ns)
+        self.hold_ns = min(max(HOLD_MARGIN * self.longest_launch_ns, HOLD_MIN_NS), HOLD_MAX_NS)
+
+
+def _ns_per_cycle(torch: Any, sleep: Callable[[int], None]) -> float:
+    """The sleeping kernel's speed on this GPU, timed once per process (0.0: unusable)."""
+    cycles = 1_000_000
+    try:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        sleep(cycles // 10)  # its first launch loads the module
+        start.record()
+        sleep(cycles)
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) * 1e6 / cycles
+    except Exception:
+        return 0.0
+
+
+STREAM_HOLD = StreamHold()
+"""This process's hold (the contestant times one call at a time)."""
 
 
 @dataclass
@@ -75,9 +141,9 @@ class Device:
     def time_call(self, fn: Callable[[], Any]) -> tuple[Any, float]:
         """Run `fn` once and return (its result, elapsed ns).
 
-        No synchronization between the flush and the start event: the flush kernel is still
-        running while `fn` launches, so host-side launch latency (tens of microseconds for a
-        Triton launch) hides behind it instead of being timed as GPU time.
+        On torch's CUDA device the stream is held while `fn` launches (`StreamHold`), so the
+        window is the call's GPU work, not its launch path; elsewhere the flush kernel, still
+        running while `fn` launches, hides what launch latency it can.
         """
         self.sync()
         self.flush_l2()
@@ -88,9 +154,12 @@ class Device:
         if self.kind == "torch-cuda":
             torch = sys.modules["torch"]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            held = STREAM_HOLD.hold(torch)
+            t0 = time.perf_counter_ns()
             start.record()
             out = fn()
             end.record()
+            STREAM_HOLD.launched(float(time.perf_counter_ns() - t0), held)
             end.synchronize()
             return out, float(start.elapsed_time(end)) * 1e6
         cupy = sys.modules["cupy"]
