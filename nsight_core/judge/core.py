@@ -549,7 +549,7 @@ class Judge:
             return
         if self.req.check.enabled:
             tally = st.tallies[ann]
-            self._judge(tally, expected, reply, actual, st.bound)
+            self._judge(tally, expected, reply, actual, st.bound, inputs)
             self._check_determinism(st, ann, run, inputs, actual)
             if not tally.passed:
                 st.alive.discard(ann)
@@ -613,7 +613,13 @@ class Judge:
                 self._one(st, ann, None)
 
     def _judge(
-        self, tally: Tally, expected: Any, reply: ReplyMsg, actual: Any, bound: TrivialBound | None
+        self,
+        tally: Tally,
+        expected: Any,
+        reply: ReplyMsg,
+        actual: Any,
+        bound: TrivialBound | None,
+        inputs: Inputs,
     ) -> None:
         for reason in reply.reasons:
             tally.fail(reason)
@@ -628,7 +634,9 @@ class Judge:
             tally.fail(f"output mismatch: {actual.why}")
             return
         spec = self.req.check
-        judge_output(tally, expected, actual, atol=spec.atol, rtol=spec.rtol, bound=bound)
+        judge_output(
+            tally, expected, actual, atol=spec.atol, rtol=spec.rtol, bound=bound, inputs=inputs
+        )
 
     def _report_config(self, st: _ConfigState) -> None:
         check = self.req.check.enabled

@@ -209,8 +209,10 @@ def judge_output(
     atol: float | None,
     rtol: float | None,
     bound: TrivialBound | None,
+    inputs: Any = None,
 ) -> None:
-    """Fold one call's comparison into ``tally``."""
+    """Fold one call's comparison into ``tally``; ``inputs``: the call's own arguments (a
+    GPU MODE task's check needs the data of this call, which a probe may have repeated)."""
     tally.calls += 1
     atol, rtol = _tolerances(expected, atol, rtol)
     diff = compare_outputs(expected, actual, atol=atol, rtol=rtol)
@@ -220,7 +222,7 @@ def judge_output(
         tally.max_rel = max(tally.max_rel, float(diff.max_rel_error))
     task = formats.task_check()
     if task is not None:
-        _judge_by_task(tally, task, actual)
+        _judge_by_task(tally, task, actual, inputs)
         return
     tally.mismatches += int(diff.mismatch_count or 0)
     if not diff.passed:
@@ -250,10 +252,12 @@ def _tolerances(
     return (peer if atol is None else atol), (peer if rtol is None else rtol)
 
 
-def _judge_by_task(tally: Tally, task: formats.TaskCheck, actual: Any) -> None:
+def _judge_by_task(tally: Tally, task: formats.TaskCheck, actual: Any, inputs: Any) -> None:
     """The GPU MODE task's verdict on one call: its check on a copy of the call's data (the
     check may run the reference, which may write into the data) and the judge's output."""
-    data = clone_args(task.data)
+    args = inputs[0] if isinstance(inputs, tuple) and len(inputs) == 2 else None
+    own = args[0] if isinstance(args, tuple) and len(args) == 1 else None
+    data = clone_args(own if own is not None else task.data)
     why = formats.run_task_check(task, data, actual)
     if why is not None:
         tally.fail(f"output mismatch: the task's check_implementation: {why[:2000]}")
