@@ -2,23 +2,23 @@
 
 Each tool parses its arguments (pydantic models, so every tool has an input and an output
 schema), calls nsight_core or the job queue, and returns a model. The rest lives in modules
-named for it: `answers` (compact, narrowed answers with the next step), `tool_errors`
-(errors an agent can fix, class first; the unknown-argument middleware), `resources` and
-`prompts`. The job queue lives in the lifespan (one per connection in memory, one per
-process over stdio and HTTP); the store lives with the server, so results outlive both.
+named for it: `tool_server` (the state tools read, the MCPServer they run on), `answers`
+(compact, narrowed answers with the next step), `links` (where a result's full data is),
+`tool_errors` (errors an agent can fix, class first; the unknown-argument middleware),
+`tasks` (the MCP tasks extension), `resources` and `prompts`. The job queue lives in the
+lifespan (one per connection in memory, one per process over stdio and HTTP); the store
+lives with the server, so results outlive both.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import ipaddress
 import logging
 import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,9 +26,8 @@ from typing import Annotated, Any, Literal
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
-from mcp.types import Tool as MCPTool
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from nsight_core.errors import NsightCoreError
@@ -64,14 +63,14 @@ from nspy_mcp.answers import (
 from nspy_mcp.cluster import DaskExecutor, parse_executor
 from nspy_mcp.devices import DeviceLocks
 from nspy_mcp.executors import Executor, LocalExecutor
-from nspy_mcp.jobs import JobQueue, ProgressSink
+from nspy_mcp.jobs import JobQueue
 from nspy_mcp.links import result_links
-from nspy_mcp.progress import ProgressUpdate
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
-from nspy_mcp.schemas import OutputPolicy, advertised_input, advertised_output
+from nspy_mcp.schemas import OutputPolicy
 from nspy_mcp.tasks import TasksExtension, task_slot
-from nspy_mcp.tool_errors import agent_text, corrupt_error, reject_unknown_arguments, tool_error
+from nspy_mcp.tool_errors import corrupt_error, reject_unknown_arguments, tool_error
+from nspy_mcp.tool_server import AppState, ToolServer, progress_sink, state_of
 from nspy_mcp.version import __version__
 from nspy_mcp.wire import run_stdio
 
@@ -134,30 +133,6 @@ READ_OUTPUT = OutputPolicy(deep=frozenset({"ProfileResult", "ResultSummary"}))
 result are described once, in profile_candidates' output schema."""
 
 
-@dataclass
-class AppState:
-    """What the lifespan yields: the store, this connection's job queue and the engine's
-    settings (read once when the server was built)."""
-
-    store: ResultStore
-    jobs: JobQueue
-    config: EngineConfig
-
-
-def _state(ctx: Context[AppState, Any]) -> AppState:
-    return ctx.request_context.lifespan_context
-
-
-def _progress_sink(ctx: Context[AppState, Any]) -> ProgressSink:
-    async def report(update: ProgressUpdate) -> None:
-        message = update.message
-        if update.eta_s is not None and update.progress < update.total:
-            message = f"{message}, {update.eta_text()}"
-        await ctx.report_progress(update.progress, update.total, message)
-
-    return report
-
-
 # -- tools ---------------------------------------------------------------------------------
 
 
@@ -195,7 +170,7 @@ async def check_environment(
                 probe_environment,
                 deep=deep,
                 refresh=refresh,
-                memory_setting=_state(ctx).config.job_memory if ctx is not None else None,
+                memory_setting=state_of(ctx).config.job_memory if ctx is not None else None,
             )
         )
     except NsightCoreError as err:
@@ -254,7 +229,7 @@ async def profile_candidates(
     with it. Cancelling this call kills the job. Errors you can fix (a field, a metric, no
     ncu or GPU) say what to change, and nothing is queued.
     """
-    state = _state(ctx)
+    state = state_of(ctx)
     try:
         job = await state.jobs.submit(request)
     except NsightCoreError as err:
@@ -262,7 +237,7 @@ async def profile_candidates(
     if (as_task := task_slot()) is not None:  # answered as a task (nspy_mcp/tasks.py)
         as_task.result_id = job.result_id
         return result_tool_answer(state.store, state.jobs.snapshot(job))
-    result = await state.jobs.wait(job, request.wait_s, _progress_sink(ctx), owner=True)
+    result = await state.jobs.wait(job, request.wait_s, progress_sink(ctx), owner=True)
     return result_tool_answer(state.store, with_next_step(shape_result(result, full=False)))
 
 
@@ -343,7 +318,7 @@ async def read_results(
     newest first, filtered by annotation, config_id, metric, status and since/until; pass
     the answer's `next_cursor` as `cursor` for the next page.
     """
-    state = _state(ctx)
+    state = state_of(ctx)
     full = detail == "full"
     try:
         if result_id is None:
@@ -398,7 +373,7 @@ async def _one_result(
 ) -> ProfileResult:
     job = state.jobs.get(result_id)
     if job is not None:
-        return await state.jobs.wait(job, wait_s, _progress_sink(ctx), owner=False)
+        return await state.jobs.wait(job, wait_s, progress_sink(ctx), owner=False)
     return await anyio.to_thread.run_sync(state.store.load, result_id)
 
 
@@ -418,61 +393,6 @@ async def _cancel(state: AppState, result_id: str) -> ProfileResult:
 
 
 # -- the server ----------------------------------------------------------------------------
-
-
-class _Server(MCPServer[AppState]):
-    """MCPServer whose tool errors all read as nspy-mcp's: class first, field, fix, and
-    whose `tools/list` carries compact schemas (`nspy_mcp.schemas`).
-
-    The SDK prefixes every tool error with "Error executing tool <name>: " and passes
-    pydantic's raw dump through for schema errors; here both become `agent_text`.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.output_policies: dict[str, OutputPolicy] = {}
-
-    async def list_tools(self) -> list[MCPTool]:
-        """The tools with the compact schemas `nspy_mcp.schemas` builds (see there why)."""
-        return [
-            tool.model_copy(
-                update={
-                    "input_schema": advertised_input(tool.input_schema),
-                    "output_schema": None
-                    if tool.output_schema is None
-                    else advertised_output(
-                        tool.output_schema, self.output_policies.get(tool.name, OutputPolicy())
-                    ),
-                }
-            )
-            for tool in await super().list_tools()
-        ]
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[AppState, Any] | None = None
-    ) -> CallToolResult | InputRequiredResult:
-        try:
-            return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            if isinstance(exc, UnexpectedToolError):
-                log.error("tool %r raised an unexpected exception", name, exc_info=exc.__cause__)
-            tool = self._tool_manager.get_tool(name)
-            schema = tool.parameters if tool is not None else None
-            names = [t.name for t in self._tool_manager.list_tools()]
-            raise ToolError(agent_text(name, exc, schema, names)) from exc
-
-
-def _add_tool(
-    server: _Server,
-    fn: Any,
-    title: str,
-    annotations: ToolAnnotations,
-    output: OutputPolicy | None = None,
-) -> None:
-    # Dedented: the docstring's indentation would otherwise reach the agent as-is.
-    server.tool(title=title, description=inspect.cleandoc(fn.__doc__), annotations=annotations)(fn)
-    if output is not None:
-        server.output_policies[fn.__name__] = output
 
 
 def warm_caches(locks: DeviceLocks) -> None:
@@ -536,7 +456,7 @@ def build_server(
                 jobs.shutdown()
                 await anyio.to_thread.run_sync(local.close)
 
-    server = _Server(
+    server = ToolServer(
         "nspy-mcp",
         title="nspy-mcp: check and profile GPU kernels",
         version=__version__,
@@ -546,18 +466,17 @@ def build_server(
         extensions=[TasksExtension()],
     )
     server.middleware.append(reject_unknown_arguments(server))
-    _add_tool(server, check_environment, "Check the profiling environment", READ_ONLY)
-    _add_tool(server, validate_metrics, "Validate ncu metric names", READ_ONLY)
-    _add_tool(
-        server,
+    server.register_tool(check_environment, "Check the profiling environment", READ_ONLY)
+    server.register_tool(validate_metrics, "Validate ncu metric names", READ_ONLY)
+    server.register_tool(
         profile_candidates,
         "Check and profile kernel candidates",
         PROFILING,
         RESULT_OUTPUT,
     )
     # read_results can cancel a job (cancel=true), so it is not read-only.
-    _add_tool(
-        server, read_results, "Read stored results (or cancel a job)", CANCELLING, READ_OUTPUT
+    server.register_tool(
+        read_results, "Read stored results (or cancel a job)", CANCELLING, READ_OUTPUT
     )
     register_resources(server, result_store)
     register_prompt(server)

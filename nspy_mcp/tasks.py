@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, cast
 
 import anyio
 import anyio.to_thread
@@ -60,9 +60,9 @@ from pydantic import Field
 
 from nsight_core.errors import NsightCoreError
 from nsight_core.results import ProfileResult, iso, utc_now
-from nsight_core.store.result_store import TERMINAL, CorruptResultError, ResultStore
+from nsight_core.store.result_store import TERMINAL, CorruptResultError
 from nspy_mcp.answers import result_tool_answer, shape_result, with_next_step
-from nspy_mcp.jobs import JobQueue
+from nspy_mcp.tool_server import AppState
 
 log = logging.getLogger(__name__)
 
@@ -146,13 +146,6 @@ def task_slot() -> TaskSlot | None:
     return _TASK.get()
 
 
-class TaskHost(Protocol):
-    """What the extension reads from the server's lifespan state."""
-
-    store: ResultStore
-    jobs: JobQueue
-
-
 def _now() -> str:
     return iso(utc_now())
 
@@ -213,7 +206,7 @@ class TasksExtension(Extension):
         await self._task(_host(ctx), cast(UpdateTaskRequestParams, params).task_id)
         return EmptyResult(result_type="complete")
 
-    async def _stored(self, host: TaskHost, task_id: str) -> ProfileResult:
+    async def _stored(self, host: AppState, task_id: str) -> ProfileResult:
         try:
             return await anyio.to_thread.run_sync(host.store.load, task_id)
         except NsightCoreError as err:
@@ -221,7 +214,7 @@ class TasksExtension(Extension):
         except CorruptResultError as err:
             raise MCPError(code=INTERNAL_ERROR, message=str(err)) from err
 
-    async def _task(self, host: TaskHost, task_id: str) -> dict[str, Any]:
+    async def _task(self, host: AppState, task_id: str) -> dict[str, Any]:
         """The task as tasks/get answers it (camelCase wire fields)."""
         job = host.jobs.get(task_id)
         stored = await self._stored(host, task_id)
@@ -267,8 +260,8 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
     return True
 
 
-def _host(ctx: ServerRequestContext[Any, Any]) -> TaskHost:
-    return cast(TaskHost, ctx.lifespan_context)
+def _host(ctx: ServerRequestContext[Any, Any]) -> AppState:
+    return cast(AppState, ctx.lifespan_context)
 
 
 # -- the client side -----------------------------------------------------------------------
