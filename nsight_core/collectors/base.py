@@ -1,6 +1,6 @@
 """The backend interface: what a way of measuring must say, and the registry of them.
 
-A backend decides six things, and no other module compares backend names:
+A backend decides seven things, and no other module compares backend names:
 
 - how the contestant's command is wrapped (`wrap`: under ncu, or not at all);
 - how a failed run is classified (`classify_end`: ncu's log, or nothing to add);
@@ -9,7 +9,9 @@ A backend decides six things, and no other module compares backend names:
 - its child-side timer (`child_timer`, made in the contestant by `timers.call_timer`): an
   NVTX range that an external profiler reads, or a clock inside the contestant; and the
   judge's side of it (`call_samples`). `evidence` says which of the two the rows can claim;
-- the notes its rows call for (`annotate_rows`).
+- the notes its rows call for (`annotate_rows`);
+- which rebinding inside the contestant touches its numbers (`tampering_affects`, from its
+  timer's `CallTimer.relies_on`): a patched clock it never reads leaves its rows standing.
 
 Adding a backend (CUPTI is the next one) is one module: subclass `Backend`, implement the
 methods, and `register` an instance; `collectors/__init__.py` imports the module.

@@ -79,10 +79,11 @@ class CallTimer(ABC):
     """True when a profiler outside the process measures (ncu reads NVTX ranges): the
     process then ends through C's exit, where the profiler finishes its report, and runs no
     GPU warm-up of its own that the profiler would record."""
-    relies_on: ClassVar[tuple[str, ...]]
+    relies_on: ClassVar[tuple[str, ...]] = HARNESS_PATHS
     """Dotted prefixes of everything this timer's numbers go through in the contestant
     (functions, classes, their instances' state, buffers): a rebinding there is tampering
-    with this timer; one elsewhere among `HARNESS_PATHS` leaves its numbers standing."""
+    with this timer; one elsewhere among `HARNESS_PATHS` leaves its numbers standing. A
+    timer that names nothing narrower relies on all of the harness."""
 
     @classmethod
     def tampering_affects(cls, what: str) -> TamperScope:
