@@ -45,19 +45,15 @@ def _verdict(header: Header, result: ProfileResult) -> tuple[str, str, str]:
 
 
 def _expected_trust(header: Header, backend: str) -> set[str]:
-    allowed = {t.strip() for t in header.fields.get("Expect trust", "ok, noisy").split(",")}
-    if backend == "ncu" and header.name in IN_PROCESS_ONLY:
-        return {"ok", "noisy"}
+    """The header's Trust for ``backend`` (``Expect trust <backend>:`` else ``Expect trust:``);
+    under cupti a thread's work between calls is named by the timer itself."""
     if backend == "cupti" and header.name in OUTSIDE_WORK:
         return {"suspicious", "failed"}
-    return allowed
+    return set(header.trust(backend))
 
 
-IN_PROCESS_ONLY = ("patch_timer", "forge_reports")
 OUTSIDE_WORK = ("busy_reference_range",)
 """Hacks whose thread launches kernels between calls: the cupti timer names it."""
-"""Hacks aimed at in-process numbers: under ncu the times come from outside the process, so
-a patched timer or a forged sample line changes nothing and the rows stay trusted."""
 
 
 @pytest.mark.gpu

@@ -8,6 +8,7 @@ kills the whole job at the end, and classifies how it ended.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import resource
@@ -185,10 +186,10 @@ def run_sandboxed(
         try:
             if fs_access is not None:
                 landlock_fd = landlock_ruleset(
-                    FsAccess(
+                    dataclasses.replace(
+                        fs_access,
                         read=(*fs_access.read, cwd),
                         write=(*fs_access.write, tmp),
-                        scope_signals=fs_access.scope_signals,
                     )
                 )
             setup = functools.partial(
