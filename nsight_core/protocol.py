@@ -39,7 +39,7 @@ NVTX_DOMAIN = "nspy"
 NCU_NVTX_INCLUDE = f"regex:{NVTX_DOMAIN}@.+"
 """ncu's filter grammar is ``domain@range`` (start/end ranges carry no trailing '/'); with
 ``regex:`` each side is a regex. This is the form Nsight Python ships (``regex:nsight-python@.+``)
-and that was checked on the H200 with ncu 2025.3.1; an empty range part is not."""
+and that ncu 2025.3 was checked to accept; an empty range part is not."""
 
 EVENTS_METRIC = "events__time_duration"
 """Metric name of the events backend: CUDA-event (GPU) or host-clock (CPU) time per call, ns."""
@@ -369,8 +369,8 @@ class ExitMsg(_Msg):
 class LoadMsg(_Msg):
     """Import the candidates now. The contestant starts with the reference alone, and the
     judge sends this once every call of the reference is done, so no candidate code exists
-    in the process while the reference runs (issue 10: a candidate's thread or stream could
-    otherwise add kernels to the reference's ranges). The reply is a second HelloMsg."""
+    in the process while the reference runs (a candidate's thread or stream could otherwise
+    add kernels to the reference's ranges). The reply is a second HelloMsg."""
 
     type: Literal["load"] = "load"
 
@@ -451,7 +451,7 @@ class EndEvent(_Msg):
 
 
 class FloorEvent(_Msg):
-    """The bytes one config's call moves at least, as the judge measured them (issue 15).
+    """The bytes one config's call moves at least, as the judge measured them.
 
     Sent once per config, from the first reference output: the parent turns it into a
     physical floor (diagnose.py) on every backend.

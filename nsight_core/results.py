@@ -371,7 +371,7 @@ class ProfileResult(_Model):
     )
 
 
-# -- diagnosis (issue 15): what bounds a candidate, and how far it is from the limit -------
+# -- diagnosis: what bounds a candidate, and how far it is from the limit -------
 
 BoundKind = Literal["memory", "compute", "latency", "launch/host"]
 

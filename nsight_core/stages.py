@@ -97,7 +97,6 @@ def run_job(
     on_stage: StageCallback | None = None,
     cancel: threading.Event | None = None,
     gpu: str | None = None,
-    final_backend: str | None = None,
     standby: StandbyPool | None = None,
     config: EngineConfig | None = None,
 ) -> ProfileResult:
@@ -121,7 +120,6 @@ def run_job(
         on_stage=on_stage,
         cancel=cancel,
         gpu=gpu,
-        final_backend=final_backend,
         standby=standby,
         config=config,
     )
@@ -136,7 +134,6 @@ def run_staged(
     on_stage: StageCallback | None = None,
     cancel: threading.Event | None = None,
     gpu: str | None = None,
-    final_backend: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     standby: StandbyPool | None = None,
     config: EngineConfig | None = None,
@@ -145,14 +142,16 @@ def run_staged(
 ) -> ProfileResult:
     """Screen every candidate, then profile the best `top_k`; never raises for job failures.
 
-    `final_backend` replaces the request's backend for the profile stage (default: the
-    request's, ncu); tests on hosts without ncu pass 'events'. `costs` prices the stages to
-    decide whether the screen can pay (`staging.cost`); by default the H200's, and none (the
-    screen always runs) under a stand-in `final_backend`, which is not the ncu they price.
+    `config.profile_backend` replaces the request's backend for the profile stage (default:
+    the request's, ncu); tests on hosts without ncu set 'events'. `costs` prices the stages
+    to decide whether the screen can pay (`staging.cost`); by default the H200's, and none
+    (the screen always runs) under a stand-in profile backend, which is not the ncu they
+    price.
     `force_screen` screens whatever the estimate says (benchmarks that measure the screen).
     """
     assert request.stages is not None, "run_staged needs a request with stages"
     created = iso(utc_now())
+    final_backend = (config or EngineConfig()).profile_backend
     run = StagedRun(
         request=request,
         job_dir=Path(job_dir),
@@ -168,7 +167,7 @@ def run_staged(
         config=config,
     )
     try:
-        preflight_request(request, final_backend=final_backend)
+        preflight_request(request, config=config)
         screen_backend, fallback_note = choose_screen(request)
     except NsightCoreError as err:
         return refused(err, result_id=result_id, created_at=created)

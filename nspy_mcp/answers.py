@@ -32,7 +32,7 @@ COMPACT_TRACEBACK_LINES = 12
 usually is; detail='full' returns all of them."""
 
 ANSWER_BYTES = 16_000
-"""Most bytes of a compact answer's JSON: under issue 28's 16 KB (16,384) per answer. Its
+"""Most bytes of a compact answer's JSON: under 16 KB (16,384), docs/tools.md's limit per answer. Its
 text is the same JSON, so text and structured content both fit."""
 
 _NOTE_BYTES = 800

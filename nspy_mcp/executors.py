@@ -123,16 +123,12 @@ class LocalExecutor:
         self,
         locks: DeviceLocks,
         *,
-        final_backend: str | None = None,
         memory: StandbyMemory | None = None,
         config: EngineConfig | None = None,
     ) -> None:
         self.locks = locks
         self.config = config or EngineConfig()
         """The engine's settings, read once by the server (plan/config.py)."""
-        self.final_backend = final_backend
-        """Backend of a staged request's profile stage instead of the request's (ncu): for
-        tests on hosts without ncu."""
         self.memory = memory
         """Where the pools write their standbys' settings (the result store), and whence
         `prestart` reads them."""
@@ -195,7 +191,7 @@ class LocalExecutor:
 
     async def check(self, request: ProfileRequest) -> GpuSlot | None:
         await anyio.to_thread.run_sync(
-            functools.partial(preflight_request, request, final_backend=self.final_backend)
+            functools.partial(preflight_request, request, config=self.config)
         )
         return resolve_device(request.device, await self.locks.slots())
 
@@ -228,7 +224,6 @@ class LocalExecutor:
                     on_stage=lambda update: queue.stage(job, update),
                     cancel=job.cancel,
                     gpu=slot.visible,
-                    final_backend=self.final_backend,
                     standby=self.standby(slot),
                     config=self.config,
                 )

@@ -410,15 +410,14 @@ def build_server(
     retention: Retention | None = None,
     executor: str | None = None,
     locks: DeviceLocks | None = None,
-    final_stage_backend: str | None = None,
     config: EngineConfig | None = None,
 ) -> MCPServer[AppState]:
     """The nspy-mcp server on the result store at `store` (default: see docs/results.md).
 
     `executor`: 'local' (this host's GPUs, `locks`) or 'dask://HOST:PORT' (docs/cluster.md);
-    default $NSPY_MCP_EXECUTOR, else local. `final_stage_backend` replaces a staged
-    request's profile-stage backend (ncu) on the local executor: for tests without ncu.
-    `config`: the engine's settings; default: read once, now, from this process's environment.
+    default $NSPY_MCP_EXECUTOR, else local. `config`: the engine's settings; default: read
+    once, now, from this process's environment (tests on hosts without ncu set its
+    `profile_backend`).
     """
     config = config or EngineConfig.from_env()
     result_store = (
@@ -432,7 +431,6 @@ def build_server(
     scheduler = parse_executor(executor)
     local = LocalExecutor(
         locks or DeviceLocks(),
-        final_backend=final_stage_backend,
         memory=StandbyMemory(result_store.root / MEMORY_FILE),
         config=config,
     )

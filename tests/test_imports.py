@@ -9,7 +9,9 @@ dependency (the MCP SDK for the CLI's people commands) to the call that needs it
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,3 +234,50 @@ def test_no_module_outgrows_the_line_limit_unless_listed() -> None:
     over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     offenders = sorted(f"{name}: {n} lines" for name, n in over.items() if name not in LONG_MODULES)
     assert offenders == [], f"split these along their seams (at most {MAX_MODULE_LINES} lines)"
+
+
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+"""A tracker reference ("issue 15"): the issue's number says nothing to a reader of the
+code and its state goes stale; the reason it names belongs in the text instead."""
+
+
+def issue_mentions(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each comment or docstring of `source` that names an issue number.
+
+    Comments come from tokenize (a '#' inside a string is no comment); docstrings from ast:
+    every bare string statement, which covers module, class and function docstrings and the
+    attribute docstrings under assignments. Strings the code uses (messages, descriptions)
+    are neither, so they may name an issue."""
+    texts: list[tuple[int, str]] = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            texts.append((tok.start[0], tok.string))
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            texts.append((node.lineno, node.value.value))
+    return sorted((line, text) for line, text in texts if ISSUE_NUMBER.search(text))
+
+
+def test_the_issue_finder_reads_comments_and_docstrings_only() -> None:
+    source = (
+        '"""Module (issue 3)."""\n'
+        "X = 1  # see Issue #4\n"
+        '"""Attribute docstring, issues 5 and 6."""\n'
+        "def f() -> str:\n"
+        '    """Why, not which issue."""\n'
+        '    return "issue 7 # issue 8"\n'
+    )
+    assert [line for line, _ in issue_mentions(source)] == [1, 2, 3]
+
+
+def test_no_issue_numbers_in_comments_or_docstrings() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {text.strip()[:80]!r}"
+        for path in _modules().values()
+        for line, text in issue_mentions(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == [], "say the reason, not the issue number (numbers go in commits)"

@@ -64,11 +64,9 @@ BUFFER_BYTES = 4 << 20
 handed over and another requested, so this only sets how often that happens."""
 KERNEL_ACTIVITY = "KERNEL"
 """CUPTI's kernel record kind: ``KERNEL`` runs the process's kernels one at a time, as ncu
-does, and times each one as ncu times it; ``CONCURRENT_KERNEL`` lets them overlap. On the
-H200 (softmax sweep, L2 flushed) ``KERNEL`` matched ncu's gpu__time_duration within -1.0 to
-+3.3 % over seven runs on three of four kernels, where ``CONCURRENT_KERNEL`` read 0.2-1.5 us
-(up to 13 %) below it; the 9 us Triton kernel reads +4.7 to +9.2 % with ``KERNEL``
-(docs/backends.md)."""
+does, and times each one as ncu times it; ``CONCURRENT_KERNEL`` lets them overlap and
+reads clearly below ncu's gpu__time_duration, where ``KERNEL`` matches it within a few
+percent (docs/backends.md has the measurements)."""
 FLUSH_FORCED = 1
 """CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: hand over partly filled buffers too (after a device
 synchronization every record of the call is complete)."""
@@ -260,7 +258,7 @@ def record_launches_only(cupti: Any) -> str:
 
     torch and Triton make a hundred runtime and driver calls around one launch (device and
     context queries, stream checks); each became a record that the forced flush after every
-    call handed to Python, which took most of a timed call's milliseconds on the H200.
+    call handed to Python, which took most of a timed call's time (docs/backends.md).
     Switching the others off after the kinds are on is CUPTI's documented per-function
     control (cuptiActivityEnableRuntimeApi / cuptiActivityEnableDriverApi). Where it fails,
     every API stays recorded: slower, with the same attribution.

@@ -133,9 +133,9 @@ def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[
 HOST_BOUND_RATIO = 5.0
 """A call is host-bound when its latency is more than this many times its kernel time..."""
 HOST_BOUND_MIN_NS = 50_000.0
-"""... and more than this (50 us) in all: a 10 us launch on a 1 us kernel is no news. On the
-H200 torch softmax took 80-116 us per call for 11-55 us of kernels, a Triton softmax 161 us
-for 9-32 us (its Python launcher): the small shapes are host-bound, the large torch one not."""
+"""... and more than this (50 us) in all: a 10 us launch on a 1 us kernel is no news. A
+library call on small shapes pays more in its Python launch path than in its kernels (a
+Triton launcher above all) and is host-bound; a large one is not (docs/stages.md)."""
 
 
 def host_bound_reason(device_ns: float | None, latency_ns: float | None) -> str | None:

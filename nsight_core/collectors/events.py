@@ -31,9 +31,8 @@ L2_FLUSH_FACTOR = 2
 """Read twice the L2 size so no line of the previous call's data survives.
 
 Reading, not writing: a write flush leaves the L2 full of dirty lines, and the timed kernel
-then pays for their write-back. On the H200 that added 1.5 to 3.9 us to the softmax sweep's
-kernels (CUPTI kernel time: write flush 9.8/11.8/33.9/56.4 us, read flush 8.3/10.4/30.0/
-54.5 us), while ncu's cache control leaves the L2 clean."""
+then pays for their write-back (docs/backends.md has how much), while ncu's cache control
+leaves the L2 clean."""
 
 
 _FLUSH_BUFFERS: dict[str, Any] = {}

@@ -30,7 +30,7 @@ Workload = Literal["kernel", "range", "graph", "cmdlist", "subgrid", "unknown"]
 
 # Metrics every light report carries whatever was asked for; left out of the default
 # selection so that `nspy-mcp report` on a foreign report shows what was measured.
-# Metadata ncu adds to every result whatever was requested (seen in the H200 fixtures:
+# Metadata ncu adds to every result whatever was requested (seen in the recorded fixtures:
 # device and launch attributes, topology masks, theoretical-occupancy limits).
 _METADATA_PREFIXES = (
     "device__attribute_",
@@ -222,15 +222,14 @@ def _load(path: Path) -> tuple[Any, Any]:
 
 
 WARMUP_REPORT = Path(__file__).parents[1] / "data" / "reader_warmup.ncu-rep"
-"""A 47 KB report of three ranges recorded on the H200 (tests/data/ncu/range_replay, made by
+"""A small report of three ranges recorded on a GPU (tests/data/ncu/range_replay, made by
 tools/record_fixtures.py), read once by `warm_report_reader`."""
 
 
 def warm_report_reader() -> None:
     """Read `WARMUP_REPORT` once, so a server's first result does not pay for importing
-    ncu_report and its one-time set-up at the first action it opens (0.13 s on CPU; on the
-    H200 a server's first `assemble_result` took 0.216 s without it, 0.017 s with it). A
-    server calls it in its start-up thread; without ncu_report, or with a reader that cannot
+    ncu_report and its one-time set-up at the first action it opens (most of a first
+    `assemble_result`; docs/sandbox.md has the numbers). A server calls it in its start-up thread; without ncu_report, or with a reader that cannot
     read it, it does nothing (the job's own read reports that)."""
     with contextlib.suppress(Exception):
         extract_records(WARMUP_REPORT)

@@ -294,7 +294,7 @@ def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Rec
     """Records of the ncu report, the metrics it really holds, the GPU name, failures.
 
     ncu 2025.3 accepts an unknown metric name silently (exit 0, no log error, the report
-    simply lacks it; seen on the H200), so a requested metric that no action carries is
+    simply lacks it), so a requested metric that no action carries is
     reported here as invalid_metric instead of turning into a column of nulls.
     """
     if report_path is None or not report_path.exists():

@@ -89,7 +89,7 @@ _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
 
 def warm_gpu_path() -> None:
     """A pre-started contestant (cupti or events) runs the harness's own GPU path once while
-    it waits for its job: the L2 flush buffer (100+ MB on an H200) is allocated, CUDA loads
+    it waits for its job: the L2 flush buffer (twice the L2's size) is allocated, CUDA loads
     the kernels of the flush, the input snapshot and its comparison, and Triton its launcher
     (one kernel of ours). Otherwise the job's first calls pay for each. Nothing of the job
     exists yet, and a failure here changes nothing: the job's calls load what they need."""

@@ -510,7 +510,7 @@ class Judge:
         if not st.bound_known:
             st.bound = self._bounds[st.cid] = trivial_bound(out, inputs, spec.atol, spec.rtol)
             st.bound_known = True
-            # The physical floor (issue 15): bytes in and out, once per config.
+            # The physical floor: bytes in and out, once per config.
             self.events.emit(
                 FloorEvent(config_id=st.cid, bytes_in=nbytes_of(inputs), bytes_out=nbytes_of(out))
             )
@@ -974,7 +974,7 @@ def _release_fd() -> int | None:
 
 def release(fd: int | None, code: int) -> None:
     """Tell the pool the job's record is complete, with this judge's exit code: the process's
-    own end (a CUDA context's teardown, 0.15-0.2 s on the H200) need not delay the result."""
+    own end (a CUDA context's teardown) need not delay the result."""
     if fd is None:
         return
     with contextlib.suppress(OSError):

@@ -205,6 +205,6 @@ def run_function(
         status="done",
         message=f"{len(rows)} rows, {len(failures)} failures",
         error=failure_of_error(run.error) if run.error is not None else None,
-        diagnosed=diagnose_job(run, settings, got.values, list(params), gpu),  # issue 15
+        diagnosed=diagnose_job(run, settings, got.values, list(params), gpu),
     )
     return FunctionRun(result, measured_values)

@@ -56,6 +56,9 @@ class EngineConfig:
     store_max_results: str | None = None
     """As written; the store parses both limits (``0``/``none`` turns one off)."""
     store_max_age_days: str | None = None
+    profile_backend: str | None = None
+    """The backend of a staged request's profile stage instead of the request's (ncu): for
+    hosts without ncu (tests, CI). Set in code only; no variable sets it."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:

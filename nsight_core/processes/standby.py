@@ -1,7 +1,7 @@
 """Pre-started judges: the next job's processes are up before its request arrives.
 
 A job's fixed cost is its processes' start (python, torch, the CUDA context; under ncu
-also ncu's own start): about 2.5 s of a 5 s ncu job on the H200, paid again by every request.
+also ncu's own start): about half of a short ncu job, paid again by every request.
 After a request job ends, the pool starts one judge with ``--standby``: it starts its
 contestant (wrapped by the backend exactly as the finished job's was) and both import
 their frameworks and create their CUDA contexts, then wait. The next job with the same
@@ -389,8 +389,8 @@ class StandbyPool:
         imports, CUDA context creation and teardown must not overlap a job's measurements on
         the same GPU. A speculative standby still starting is retired instead, whatever its
         settings: its start (it also imports Triton and warms its GPU path) takes longer than
-        a cold job's, so waiting for it would make the job slower than starting cold (on the
-        H200 a first request sent at once took 6.62 s that way, against 5.8 s cold).
+        a cold job's, so waiting for it would make the job slower than starting cold
+        (docs/sandbox.md has the measurement).
 
         Returns the seconds waited by cause ('standby': starting or retiring standbys,
         'previous_job': a released judge ending), for the job's provenance: a request sent

@@ -204,8 +204,8 @@ def flag_reference_kernels(rows: list[Row], reference: str) -> list[Row]:
     """Name candidates whose kernels are exactly the reference's, per config and metric.
 
     A reason, not a verdict: a candidate built on the same library call (a chunked
-    torch.softmax) legitimately runs the reference's kernel, and on the H200 two such
-    controls would otherwise have been made suspicious. The name makes a silent fallback
+    torch.softmax) legitimately runs the reference's kernel, and honest controls of the
+    correctness catalogue would otherwise be made suspicious. The name makes a silent fallback
     visible; the agent decides whether it meant it."""
     ref = {(r.ConfigId, r.Metric): set(r.Kernels) for r in rows if r.Annotation == reference}
     out = []
@@ -387,10 +387,9 @@ def assemble_result(
     values, failures, gpu = got.values, got.failures, got.gpu
     ctx = row_context(settings, request.configs, gpu)
     rows = aggregate_rows(values, ctx)
-    # -- issue 15: the physical floor on every backend, and the diagnosis (diagnose.py) --
+    # The physical floor on every backend, and the diagnosis (diagnose.py).
     diagnosed = diagnose_job(run, settings, values, request.configs, gpu)
     rows = apply_floor(rows, diagnosed.floors)
-    # -- end issue 15 --
     rows = apply_suspects(rows, run.events.suspects, ctx.evidence)
     rows = get_backend(settings.backend).annotate_rows(rows)
     if ctx.evidence == "external":

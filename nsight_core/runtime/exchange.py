@@ -376,7 +376,7 @@ def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
         # Compare device *types*: "cuda" != "cuda:0" as devices, and `.to("cuda")` of a
         # tensor on cuda:0 returns the tensor itself, a view of the slot. A judge holding
         # views of a reused output slot saw a second call's output as the first's (the
-        # determinism check passed whatever the candidate did, on the H200).
+        # determinism check passed whatever the candidate did).
         out = dense.clone() if fresh else dense
     if node.framework == "cupy":
         return sys.modules["cupy"].from_dlpack(out)

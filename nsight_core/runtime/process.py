@@ -27,14 +27,14 @@ from nsight_core.runtime.early_cuda import EarlyCuda
 FRAMEWORKS = ("numpy", "torch")
 """Imported (when installed) before any code of the job, so candidates cannot shadow them.
 
-cupy is not among them: importing it costs about 1 s under ncu on the H200 (its CUDA
-libraries slow ncu's context creation), and a job that uses it imports it anyway while the
+cupy is not among them: importing it is slow under ncu (its CUDA libraries slow ncu's
+context creation), and a job that uses it imports it anyway while the
 reference runs (its inputs are rebuilt as cupy arrays), before any candidate exists; the
 watch takes it in then (`Watch.snapshot` before the candidates are imported)."""
 
 PRESTART_FRAMEWORKS = (*FRAMEWORKS, "triton")
 """What a pre-started process (standby.py) imports while it waits: its start-up time is off
-the job's path, so Triton's import (about 1 s) is taken there too."""
+the job's path, so Triton's slow import is taken there too."""
 
 
 def preload_frameworks(names: tuple[str, ...] = FRAMEWORKS) -> None:
@@ -45,7 +45,7 @@ def preload_frameworks(names: tuple[str, ...] = FRAMEWORKS) -> None:
 
 def init_cuda(early: EarlyCuda | None = None) -> None:
     """Initialise the CUDA driver now, before confinement: its first initialisation opens
-    files no allow-list can name in advance (error 304 under Landlock on the H200), while
+    files no allow-list can name in advance (error 304 under Landlock), while
     contexts made after it work confined. With torch, also create the context now, before any
     candidate is imported and while the other process of the job is still starting, so no
     call pays for it. Without torch (a cupy-only job) the driver alone is initialised.
@@ -76,10 +76,10 @@ def exit_now(code: int) -> None:
 def exit_native(code: int, *, python_atexit: bool = False) -> None:
     """End this process through C's ``exit``: C atexit handlers and library destructors run
     (ncu's injected library finishes its report there), Python's finalization does not
-    (module teardown: 0.25-0.5 s of ncu's end on the H200 with torch loaded). The GIL stays
-    held (`ctypes.PyDLL`), so no other Python thread runs while the libraries end; torch's
-    autograd threads are not waited for (after a CUDA backward pass the exit took 0.37 s,
-    a normal one 0.62-0.67 s). ``python_atexit`` runs Python's atexit callbacks first."""
+    (module teardown with torch loaded is a large part of ncu's end). The GIL stays held
+    (`ctypes.PyDLL`), so no other Python thread runs while the libraries end; torch's
+    autograd threads are not waited for, so an exit after a CUDA backward pass is no slower
+    than a normal one. ``python_atexit`` runs Python's atexit callbacks first."""
     if python_atexit:
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import preflight
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import KernelsSpec, ProfileRequest
 
 
@@ -66,13 +67,14 @@ def choose_screen(request: ProfileRequest) -> tuple[str, str | None]:
         )
 
 
-def preflight_request(request: ProfileRequest, *, final_backend: str | None = None) -> None:
+def preflight_request(request: ProfileRequest, *, config: EngineConfig | None = None) -> None:
     """Refuse a request (staged or not) that cannot work here, before it is queued.
 
     The profile stage must measure from outside the candidate's process (ncu), or it adds
-    nothing the screen does not give. `final_backend` replaces the request's backend for
-    the profile stage (tests on hosts without ncu); it is trusted as given.
+    nothing the screen does not give. `config.profile_backend` replaces the request's
+    backend for the profile stage (tests on hosts without ncu); it is trusted as given.
     """
+    final_backend = config.profile_backend if config is not None else None
     if request.stages is None:
         preflight(request)
         return

@@ -1,7 +1,7 @@
 """Staged evaluation on CPU: real judge and contestant processes under the events backend.
 
-The profile stage normally runs under ncu, which this host lacks; `final_backend="events"`
-runs it under events instead, so the stage logic (ranking, top k, budget, partial results)
+The profile stage normally runs under ncu, which this host lacks; `EVENTS_PROFILE` (an
+`EngineConfig` with `profile_backend="events"`) runs it under events instead, so the stage logic (ranking, top k, budget, partial results)
 is exercised end to end. tests/gpu/test_stages_gpu.py runs the real cupti screen + ncu.
 """
 
@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import EVENTS_METRIC
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Comparison, Correctness, ProfileResult, Row, TrustLevel
@@ -28,6 +29,9 @@ from nsight_core.stages import (
     run_staged,
 )
 from nsight_core.staging.cost import H200_COSTS, calls_per_config, estimate_staging
+
+EVENTS_PROFILE = EngineConfig(profile_backend="events")
+"""The profile stage under events: this host has no ncu."""
 
 # Host-clock times are set by sleeps far apart (2, 8, 30 ms against the reference's 20 ms),
 # so the ranking does not depend on this host's load. `wrong` is the fastest and incorrect.
@@ -99,7 +103,7 @@ def test_screen_ranks_by_time_keeps_the_top_k_and_leaves_out_the_incorrect(
         tmp_path / "job",
         result_id="staged",
         on_stage=updates.append,
-        final_backend="events",
+        config=EVENTS_PROFILE,
     )
     assert result.status == "done", result.message
     screen, profile = result.stages
@@ -174,7 +178,7 @@ def test_a_tiny_budget_cuts_the_screen_and_skips_the_profile_stage_saying_why(
         staged_request(workdir, budget_s=1.0),
         tmp_path / "job",
         result_id="budget",
-        final_backend="events",
+        config=EVENTS_PROFILE,
     )
     wall = time.monotonic() - t0
     screen, profile = result.stages
@@ -197,7 +201,7 @@ def test_cupti_screen_falls_back_to_events_where_cupti_cannot_run(
     request = staged_request(
         workdir, candidates=["slow", "fast"], stages={"screen": "cupti", "top_k": 1}, runs=2
     )
-    result = run_staged(request, tmp_path / "job", result_id="fb", final_backend="events")
+    result = run_staged(request, tmp_path / "job", result_id="fb", config=EVENTS_PROFILE)
     screen, profile = result.stages
     assert screen.Backend == "events"
     assert screen.Reason is not None and "'cupti' cannot run here" in screen.Reason
@@ -216,7 +220,7 @@ def test_a_screen_that_cannot_pay_is_skipped_and_every_candidate_profiled_in_one
         tmp_path / "job",
         result_id="unscreened",
         on_stage=updates.append,
-        final_backend="events",
+        config=EVENTS_PROFILE,
         costs=H200_COSTS,
     )
     assert result.status == "done", result.message
@@ -286,7 +290,7 @@ def test_a_kept_candidate_that_gamed_the_screen_is_doubted_and_the_next_ranked_p
         source=None,
     )
     result = run_staged(
-        request, tmp_path / "job", result_id="gamed", on_stage=on_stage, final_backend="events"
+        request, tmp_path / "job", result_id="gamed", on_stage=on_stage, config=EVENTS_PROFILE
     )
     assert result.status == "done", result.message
     screen, profile = result.stages

@@ -1,11 +1,12 @@
 """Staged evaluation through the real MCP client (in memory), with real worker processes.
 
-The server's profile stage runs under events here (`final_stage_backend`), since this host
+The server's profile stage runs under events here (`EngineConfig.profile_backend`), since this host
 has no ncu; everything else (queue, snapshot, store) is the real path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
+from nsight_core.plan.config import EngineConfig
 from nspy_mcp.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -81,7 +83,8 @@ def error_text(result: CallToolResult) -> str:
 async def test_read_results_shows_the_screen_rows_and_an_eta_while_the_profile_stage_runs(
     tmp_path: Path,
 ) -> None:
-    server = build_server(tmp_path / "store", final_stage_backend="events")
+    config = dataclasses.replace(EngineConfig.from_env(), profile_backend="events")
+    server = build_server(tmp_path / "store", config=config)
     async with Client(server) as client:
         first = structured(
             await client.call_tool("profile_candidates", {"request": staged(tmp_path, wait_s=0)})

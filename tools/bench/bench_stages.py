@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from nsight_core.errors import NsightCoreError  # noqa: E402
 from nsight_core.pipeline import preflight, run_profile_job  # noqa: E402
+from nsight_core.plan.config import EngineConfig  # noqa: E402
 from nsight_core.request import ProfileRequest  # noqa: E402
 from nsight_core.results import ProfileResult  # noqa: E402
 from nsight_core.stages import run_staged  # noqa: E402
@@ -218,7 +219,7 @@ def run_case(case: Case, runs: int, work: Path, stand_in: bool, force: bool) -> 
             fields | {"stages": {"screen": "cupti", "top_k": TOP_K}}
         )
         options: dict[str, Any] = {
-            "final_backend": "events",
+            "config": EngineConfig(profile_backend="events"),
             "costs": H200_COSTS,
             "force_screen": force or est.pays,
         }
