@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass
 from nsight_core.protocol import EVENTS_METRIC, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure
+from nsight_core.runtime.leaves import leaves
 from nsight_core.settings import JobSettings
 
 L2_FLUSH_FACTOR = 2
@@ -182,22 +183,11 @@ def sync_all() -> None:
             cupy.cuda.Device().synchronize()
 
 
-def _leaves(obj: Any) -> Iterable[Any]:
-    if isinstance(obj, dict):
-        for v in obj.values():
-            yield from _leaves(v)
-    elif isinstance(obj, list | tuple):
-        for v in obj:
-            yield from _leaves(v)
-    else:
-        yield obj
-
-
 def detect_device(args: Any) -> Device:
     """The device of the first GPU array among the arguments, else the CPU."""
     torch = sys.modules.get("torch")
     cupy = sys.modules.get("cupy")
-    for leaf in _leaves(args):
+    for leaf in leaves(args):
         if torch is not None and isinstance(leaf, torch.Tensor) and leaf.is_cuda:
             return Device("torch-cuda", f"cuda:0 ({torch.cuda.get_device_name(0)})")
         if cupy is not None and isinstance(leaf, cupy.ndarray):

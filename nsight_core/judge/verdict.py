@@ -21,7 +21,6 @@ call's data and the judge's own copy of the output (max errors are still recorde
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ from nsight_core.runtime import formats
 from nsight_core.runtime.check import clone_args, compare_outputs
 from nsight_core.runtime.compare import array_kind
 from nsight_core.runtime.exchange import type_name
+from nsight_core.runtime.leaves import array_leaves
 
 TRIVIAL_MARGIN = 10.0
 """How much closer than a passing trivial answer a candidate must be."""
@@ -65,19 +65,8 @@ class TrivialBound:
         return self.max_abs_error / TRIVIAL_MARGIN
 
 
-def _leaves(x: Any) -> Iterator[Any]:
-    if array_kind(x) is not None:
-        yield x
-    elif isinstance(x, dict):
-        for v in x.values():
-            yield from _leaves(v)
-    elif isinstance(x, tuple | list):
-        for v in x:
-            yield from _leaves(v)
-
-
 def _float_arrays(x: Any) -> bool:
-    leaves = list(_leaves(x))
+    leaves = [leaf for _, leaf, _ in array_leaves(x)]
     return bool(leaves) and all(
         getattr(leaf.dtype, "is_floating_point", False)
         or str(leaf.dtype).startswith(("float", "bfloat"))

@@ -16,7 +16,7 @@ for positional and the keyword's name for keyword arguments.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ from nsight_core.runtime.compare import (
     default_tolerance,
     same_result,
 )
+from nsight_core.runtime.leaves import array_leaves
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -136,18 +137,6 @@ def _bitwise_same(before: Any, after: Any) -> bool:
     return bool(torch.equal(before, after))
 
 
-def _array_leaves(x: Any, path: str) -> Iterator[tuple[str, Any, str]]:
-    kind = array_kind(x)
-    if kind is not None:
-        yield path, x, kind
-    elif isinstance(x, Mapping):
-        for k, v in x.items():
-            yield from _array_leaves(v, f"{path}[{k!r}]")
-    elif isinstance(x, list | tuple):
-        for i, v in enumerate(x):
-            yield from _array_leaves(v, f"{path}[{i}]")
-
-
 def _strided_extent(
     ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
 ) -> tuple[int, int]:
@@ -188,17 +177,17 @@ def aliased(output: Any, inputs: Any, other_output: Any = None) -> list[str]:
     """
     owners: list[tuple[str, tuple[str, int, int]]] = []
     for name, value in _roots(inputs):
-        for path, leaf, kind in _array_leaves(value, name):
+        for path, leaf, kind in array_leaves(value, name, any_mapping=True):
             mem = _memory(kind, leaf)
             if mem is not None:
                 owners.append((f"input {path}", mem))
     if other_output is not None:
-        for _path, leaf, kind in _array_leaves(other_output, "reference"):
+        for _path, leaf, kind in array_leaves(other_output, "reference", any_mapping=True):
             mem = _memory(kind, leaf)
             if mem is not None:
                 owners.append(("the reference's output", mem))
     found: list[str] = []
-    for path, leaf, kind in _array_leaves(output, "output"):
+    for path, leaf, kind in array_leaves(output, "output", any_mapping=True):
         mem = _memory(kind, leaf)
         if mem is None:
             continue

@@ -45,6 +45,7 @@ from nsight_core.protocol import (
     ValueNode,
 )
 from nsight_core.runtime.compare import array_kind
+from nsight_core.runtime.leaves import array_leaves
 
 _SEGMENT_ROUND = 2 << 20
 _MIN_OWN_SEGMENT = 12 << 20
@@ -265,7 +266,7 @@ class Arena:
     def output_slots(self, expected: Any, key: str, new: list[SlotSpec]) -> list[int]:
         """One slot per array of the expected output, in flattening order."""
         out = []
-        for i, (leaf, fw) in enumerate(_array_leaves(expected)):
+        for i, (_, leaf, fw) in enumerate(array_leaves(expected)):
             nbytes = int(leaf.nbytes)
             where = "cuda" if _device_of(leaf, fw) == "cuda" else "host"
             out.append(self._slot_for((key, "out", str(i)), where, nbytes, new).spec.slot)
@@ -335,18 +336,6 @@ class _Opaque:
     """Stands for an output object that could not cross; never equal to a real output."""
 
     type_name: str
-
-
-def _array_leaves(x: Any) -> Iterator[tuple[Any, str]]:
-    fw = array_kind(x)
-    if fw is not None:
-        yield x, fw
-    elif isinstance(x, dict):
-        for v in x.values():
-            yield from _array_leaves(v)
-    elif isinstance(x, tuple | list):
-        for v in x:
-            yield from _array_leaves(v)
 
 
 def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:

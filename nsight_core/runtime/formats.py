@@ -41,10 +41,12 @@ from __future__ import annotations
 import inspect
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
+
+from nsight_core.runtime.leaves import leaves
 
 INIT_SEED = 42
 """KernelBench's default seed (``seed_num``), set before ``get_init_inputs()`` and before
@@ -180,20 +182,9 @@ def build_model(cls: type, init_inputs: Callable[[], Any] | None, device: Any) -
         return model.to(device)
 
 
-def _tensors(value: Any) -> Iterator[Any]:
-    if isinstance(value, list | tuple):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
-    else:
-        yield value
-
-
 def _device_of(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The device of the call's first tensor; the CPU when it has none."""
-    for value in _tensors((args, kwargs)):
+    for value in leaves((args, kwargs)):
         if isinstance(value, torch.Tensor):
             return value.device
     return torch.device("cpu")
@@ -238,7 +229,7 @@ def kernelbench_tolerance(expected: Any) -> float | None:
     dtype; None where KernelBench has no value (then the dtype defaults apply)."""
     if _state.kind != "kernelbench":
         return None
-    for leaf in _tensors(expected):
+    for leaf in leaves(expected):
         dtype = getattr(leaf, "dtype", None)
         if dtype is not None and getattr(dtype, "is_floating_point", False):
             return KERNELBENCH_TOLERANCES.get(str(dtype).removeprefix("torch."))
