@@ -341,7 +341,7 @@ def no_candidate_passed(request: ProfileRequest, result: ProfileResult) -> Profi
     timed = {r.Annotation for r in result.rows if r.AvgValue is not None}
     if any(c in timed for c in request.candidates):
         return result
-    inline = request.source is not None
+    inline = request.source is not None or request.reference_source is not None
     stories = [(c, _candidate_story(c, result, inline)) for c in request.candidates]
     ref = reference_failure(request, result.failures)
     if len(stories) == 1:

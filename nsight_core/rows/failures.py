@@ -112,8 +112,12 @@ _CLASS_VERBS = {
     ErrorClass.OUT_OF_MEMORY: "ran out of memory",
     ErrorClass.PERMISSION_DENIED: "was refused a file",
 }
-INLINE_SOURCE = "inline_source.py"
-"""The name the pipeline and the judge give their copies of a request's inline source."""
+INLINE_NAMES = {
+    "inline_source.py": "the inline source",
+    "inline_reference.py": "the inline reference_source",
+}
+"""The names the pipeline and the judge give their copies of a request's inline sources,
+and how a message names each."""
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -138,7 +142,7 @@ def _place(f: Failure, inline: bool) -> str:
     a path the agent never wrote and that differs from job to job."""
     if not f.File or f.File in f.Error:
         return ""
-    where = "the inline source" if inline and Path(f.File).name == INLINE_SOURCE else f.File
+    where = INLINE_NAMES.get(Path(f.File).name, f.File) if inline else f.File
     return f"; at {where}:{f.Line}" if f.Line else f"; in {where}"
 
 
@@ -206,6 +210,7 @@ def reference_failure(
         got = first_failure(failures_of(spec, failures))
         if got is not None:
             f, configs = got
-            how = failed_how(f, configs, inline=request.source is not None)
+            inline = request.source is not None or request.reference_source is not None
+            how = failed_how(f, configs, inline=inline)
             return f"the {role} {spec!r} {how}", f
     return None
