@@ -10,8 +10,9 @@ A backend decides seven things, and no other module compares backend names:
   NVTX range that an external profiler reads, or a clock inside the contestant; and the
   judge's side of it (`call_samples`). `evidence` says which of the two the rows can claim;
 - the notes its rows call for (`annotate_rows`);
-- which rebinding inside the contestant touches its numbers (`tampering_affects`, from its
-  timer's `CallTimer.relies_on`): a patched clock it never reads leaves its rows standing.
+- which rebinding inside the contestant touches its numbers (`timers.tampering_affects`,
+  from its timer's `CallTimer.relies_on`): a patched clock it never reads leaves its rows
+  standing.
 
 Adding a backend (CUPTI is the next one) is one module: subclass `Backend`, implement the
 methods, and `register` an instance; `collectors/__init__.py` imports the module.
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # only for annotations: sandbox.py stays out of the import gr
     from nsight_core.processes.sandbox import SandboxOutcome
 
 TamperScope = Literal["timer", "none", "all"]
-"""What a rebinding inside the contestant puts in doubt (`Backend.tampering_affects`): the
+"""What a rebinding inside the contestant puts in doubt (`timers.tampering_affects`): the
 numbers of this backend's timer, nothing of this backend's, or every row of the job."""
 
 ChildTimer = Literal["range", "clock", "cupti"]
@@ -123,14 +124,6 @@ class Backend(ABC):
         """The judge's samples of one timed call from what the contestant's timer reported:
         its in-process time as the backend's metric; none where a profiler measures."""
         return [] if ns is None else [SampleEvent.of(key, self.default_metric, ns)]
-
-    def tampering_affects(self, what: str) -> TamperScope:
-        """What a rebinding the contestant's integrity watch named (``what``) puts in doubt
-        for this backend: its timer knows what its numbers go through (`CallTimer`), so a
-        patched clock that this backend never reads leaves its rows standing."""
-        from nsight_core.collectors.timers import timer_class  # lazy: timers imports base
-
-        return timer_class(self.child_timer).tampering_affects(what)
 
     def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
         """Notes only this backend's numbers call for (cupti: host-bound calls); the rows'

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, get_args
 
 from nsight_core.annotation import end_range, start_range
-from nsight_core.collectors.base import ChildTimer, TamperScope
+from nsight_core.collectors.base import Backend, ChildTimer, TamperScope
 from nsight_core.collectors.events import Device, sync_all
 from nsight_core.protocol import KernelTiming, RunKey
 
@@ -168,6 +168,13 @@ _TIMERS: dict[str, tuple[str, str]] = {
     "clock": (__name__, "ClockTimer"),
     "cupti": ("nsight_core.collectors.cupti", "CuptiCallTimer"),
 }
+
+
+def tampering_affects(backend: Backend, what: str) -> TamperScope:
+    """What a rebinding the contestant's integrity watch named (``what``) puts in doubt for
+    ``backend``: its timer knows what its numbers go through, so a patched clock that this
+    backend never reads leaves its rows standing."""
+    return timer_class(backend.child_timer).tampering_affects(what)
 
 
 def timer_class(kind: str) -> type[CallTimer]:

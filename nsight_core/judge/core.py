@@ -43,6 +43,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.collectors.events import sync_all
+from nsight_core.collectors.timers import tampering_affects
 from nsight_core.errors import ErrorClass, JobExit
 from nsight_core.judge.guard import BoundTools, CandidateImportGuard
 from nsight_core.judge.verdict import (
@@ -341,7 +342,7 @@ class Judge:
         self._suspects.add(reason)
         # The backend's timer says whether the rebinding touches its numbers (a patched
         # host clock leaves cupti's and ncu's standing), and those rows only.
-        affects = self.backend.tampering_affects(what) if what else "all"
+        affects = tampering_affects(self.backend, what) if what else "all"
         if affects == "none":
             self.notes.append(f"{reason}: not on this backend's timing path; its rows stand")
             return

@@ -8,7 +8,7 @@ import pytest
 
 from nsight_core.collectors import backend_names, get_backend
 from nsight_core.collectors.events import Device
-from nsight_core.collectors.timers import TIMER_KINDS, call_timer, on_path
+from nsight_core.collectors.timers import TIMER_KINDS, call_timer, on_path, tampering_affects
 from nsight_core.protocol import RunKey
 from nsight_core.request import ProfileRequest
 from nsight_core.settings import JobSettings
@@ -96,7 +96,7 @@ FLUSH = "nsight_core.collectors.events._FLUSH_BUFFERS (['torch-cuda'] resized: (
 def test_each_backend_says_which_tampering_touches_its_timer(
     what: str, events: str, cupti: str, ncu: str
 ) -> None:
-    got = {name: get_backend(name).tampering_affects(what) for name in ("events", "cupti", "ncu")}
+    got = {n: tampering_affects(get_backend(n), what) for n in ("events", "cupti", "ncu")}
     assert got == {"events": events, "cupti": cupti, "ncu": ncu}
 
 

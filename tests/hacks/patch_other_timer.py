@@ -9,7 +9,7 @@ Expect trust: ok, noisy
 Expect trust ncu: suspicious, failed
 Runs alone: the rebinding is process-wide.
 Defence: each backend's timer says what its numbers go through (`CallTimer.relies_on`,
-  `Backend.tampering_affects`): a rebinding off that path is a note in the job's
+  `timers.tampering_affects`): a rebinding off that path is a note in the job's
   provenance and its rows stand; under ncu the ranges are its timer, so its rows are
   suspicious (or fail: the runs have no range).
 """

@@ -12,7 +12,7 @@ Defence: the contestant binds its timers before importing candidates and watches
   a rebound clock makes the rows of the timer that reads it suspicious, with the
   attribute named: every candidate's under events (the reference was timed before any
   candidate existed). cupti reads CUPTI's clock and ncu measures from outside the
-  process, so their rows stand (`Backend.tampering_affects`).
+  process, so their rows stand (`timers.tampering_affects`).
 """
 
 from __future__ import annotations
