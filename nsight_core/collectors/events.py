@@ -16,9 +16,9 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.extract import KernelRecord
@@ -59,23 +59,30 @@ class StreamHold:
     an 11 us torch one. With it the start event waits behind the sleeping kernel until the
     whole call is queued, and the kernels run back to back. A call that outlasts its hold
     (it synchronizes inside, or launches for longer than any call before it) gets the old
-    window for that sample, and the next hold is longer; `unheld` counts those."""
+    window for that sample, and the next hold is longer; `unheld` counts those.
+
+    It runs before the window opens, so candidate code that reached it could do its work
+    there: the sleeping kernel is bound at the first hold (the reference's first timed
+    call, before any candidate is imported), the hold belongs to the `Device` the harness
+    holds, and the integrity watch checks every attribute but the three each call moves."""
 
     ns_per_cycle: float | None = None
+    sleep: Callable[[int], None] | None = None
+    """torch.cuda._sleep as it was at the first hold; a later rebinding never reaches here."""
     hold_ns: float = HOLD_FIRST_NS
     longest_launch_ns: float = 0.0
     unheld: int = 0
+    watch_volatile: ClassVar[frozenset[str]] = frozenset({"hold_ns", "longest_launch_ns", "unheld"})
+    """Attributes each call moves; the integrity watch checks all the others."""
 
     def hold(self, torch: Any) -> float:
         """Queue the sleeping kernel; the hold's length in ns (0: no hold possible here)."""
-        sleep = getattr(torch.cuda, "_sleep", None)
-        if sleep is None:
-            return 0.0
         if self.ns_per_cycle is None:
-            self.ns_per_cycle = _ns_per_cycle(torch, sleep)
-        if not self.ns_per_cycle:
+            self.sleep = getattr(torch.cuda, "_sleep", None)
+            self.ns_per_cycle = _ns_per_cycle(torch, self.sleep) if self.sleep else 0.0
+        if not self.ns_per_cycle or self.sleep is None:
             return 0.0
-        sleep(int(self.hold_ns / self.ns_per_cycle))
+        self.sleep(int(self.hold_ns / self.ns_per_cycle))
         return self.hold_ns
 
     def launched(self, launch_ns: float, held_ns: float) -> None:
@@ -101,16 +108,14 @@ def _ns_per_cycle(torch: Any, sleep: Callable[[int], None]) -> float:
         return 0.0
 
 
-STREAM_HOLD = StreamHold()
-"""This process's hold (the contestant times one call at a time)."""
-
-
 @dataclass
 class Device:
     """Where the arguments live, and how to synchronize and time there."""
 
     kind: str  # "torch-cuda" | "cupy" | "cpu"
     name: str = "cpu"
+    stream_hold: StreamHold = field(default_factory=StreamHold, compare=False)
+    """Its timed calls' stream hold (torch's CUDA device only)."""
 
     def sync(self) -> None:
         if self.kind == "torch-cuda":
@@ -154,12 +159,12 @@ class Device:
         if self.kind == "torch-cuda":
             torch = sys.modules["torch"]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            held = STREAM_HOLD.hold(torch)
+            held = self.stream_hold.hold(torch)
             t0 = time.perf_counter_ns()
             start.record()
             out = fn()
             end.record()
-            STREAM_HOLD.launched(float(time.perf_counter_ns() - t0), held)
+            self.stream_hold.launched(float(time.perf_counter_ns() - t0), held)
             end.synchronize()
             return out, float(start.elapsed_time(end)) * 1e6
         cupy = sys.modules["cupy"]

@@ -52,6 +52,7 @@ WATCHED_MODULES = (
     "nvtx",
     "nsight_core.collectors.events",
     "nsight_core.collectors.events.Device",
+    "nsight_core.collectors.events.StreamHold",
     "nsight_core.collectors.cupti",
     "nsight_core.collectors.cupti.CuptiTimer",
     "nsight_core.collectors.cupti.CuptiCallTimer",

@@ -11,9 +11,9 @@ import numpy  # noqa: F401  (the harness imports it before any user code)
 import pytest
 import torch
 
-from nsight_core.collectors import events
+from nsight_core.collectors import events, get_backend
 from nsight_core.collectors.events import Device
-from nsight_core.collectors.timers import RangeTimer, call_timer
+from nsight_core.collectors.timers import RangeTimer, call_timer, tampering_affects
 from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
 
 
@@ -84,6 +84,27 @@ def test_instance_attributes_of_the_timer_and_the_device_are_watched_and_named()
     assert "nsight_core.collectors.events.Device().kind ('torch-cuda' -> 'cpu')" in found
     timer._time_call = lambda *a: None
     assert "nsight_core.collectors.timers.ClockTimer()._time_call (replaced)" in watch.changes()
+
+
+@pytest.mark.usefixtures("flush_buffers")
+def test_the_stream_hold_runs_before_the_window_so_its_state_is_watched_but_what_moves() -> None:
+    """The events timer's stream hold runs before the start event: candidate work hidden in
+    it would be untimed. Its bound sleeping kernel, its methods and attributes set on it
+    are watched; the lengths each call moves are not findings."""
+    harness = _Harness()
+    hold: Any = harness.device.stream_hold
+    # As after the reference's first timed call, when the watch starts: the kernel is bound.
+    hold.sleep, hold.ns_per_cycle = (lambda cycles: None), 0.5
+    watch = Watch()
+    watch.watch_state(harness, volatile=("calls",))
+    hold.hold_ns, hold.longest_launch_ns, hold.unheld = 5e5, 1e5, 1  # each call moves these
+    assert watch.changes() == []
+    hold.sleep = lambda cycles: None  # the candidate's work, before the window opens
+    hold.hold = lambda torch: 0.0  # shadows the method on this instance only
+    found = watch.changes()
+    assert "nsight_core.collectors.events.StreamHold().sleep (replaced)" in found
+    assert "nsight_core.collectors.events.StreamHold().hold (set on the instance)" in found
+    assert tampering_affects(get_backend("events"), found[0]) == "timer"
 
 
 def test_swapping_the_timer_object_or_its_class_is_named() -> None:
