@@ -110,7 +110,8 @@ def run_profile_job(
     """Check and profile `request` in a fresh judge and contestant; never raises for job failures.
 
     ``config``: the engine's settings (the server's, read once from its environment;
-    default: the defaults). `gpu` (an index or UUID) becomes the job's CUDA_VISIBLE_DEVICES:
+    default: read from this process's environment now, for this call: a library caller is an
+    edge too). `gpu` (an index or UUID) becomes the job's CUDA_VISIBLE_DEVICES:
     the one GPU it may use. With a `standby` pool the job goes to a judge pre-started for
     the same launch settings when there is one, and a judge for the next such job is
     started when this one ends.
@@ -119,7 +120,7 @@ def run_profile_job(
     job_dir = Path(job_dir)
     try:
         preflight(request)
-        plan = plan_job(request, job_dir, config or EngineConfig(), gpu=gpu)
+        plan = plan_job(request, job_dir, config or EngineConfig.from_env(), gpu=gpu)
     except NsightCoreError as err:
         return refused(err, result_id=result_id, created_at=created)
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -187,7 +188,7 @@ def run_planned(
     )
 
 
-def run_worker(job: JobSpec, job_dir: Path, settings: JobSettings) -> JobRun:
+def run_worker(job: JobSpec, job_dir: Path, settings: JobSettings, config: EngineConfig) -> JobRun:
     """Run an `@kernel` function job: its contestant, wrapped by the backend, started cold
     (the user's own function annotates itself; there is no reference to judge)."""
     backend = get_backend(settings.backend)
@@ -201,7 +202,7 @@ def run_worker(job: JobSpec, job_dir: Path, settings: JobSettings) -> JobRun:
         wrapped.argv,
         cwd=job_dir,
         limits=SandboxLimits(wall_s=settings.time_limit_s),
-        env=job_env(settings.gpu),
+        env=job_env(settings.gpu, config),
         poll=tail.poll,
         output_dir=job_dir,
     )

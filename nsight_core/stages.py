@@ -151,7 +151,7 @@ def run_staged(
     """
     assert request.stages is not None, "run_staged needs a request with stages"
     created = iso(utc_now())
-    final_backend = (config or EngineConfig()).profile_backend
+    final_backend = config.profile_backend if config is not None else None
     run = StagedRun(
         request=request,
         job_dir=Path(job_dir),

@@ -173,7 +173,7 @@ class LocalExecutor:
                 specs = self.memory.recall(slot.key)
                 pool = self.standby(slot) if specs else None
                 if pool is not None:
-                    env = job_env(slot.visible)
+                    env = job_env(slot.visible, self.config)
                     memory = default_memory_limit(self.config.job_memory)
                     pool.prestart([StandbyKey.of(spec, env, memory) for spec in specs])
         except Exception:

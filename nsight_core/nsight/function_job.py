@@ -19,6 +19,7 @@ from typing import Any
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import run_worker
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import FunctionJob, JobSpec, RunKey
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.rows.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
@@ -159,7 +160,8 @@ def run_function(
         workdir=os.getcwd(),
         child_timer=get_backend(settings.backend).child_timer,
     )
-    run = run_worker(job, job_dir, settings)
+    # The `@kernel` API is an edge of the engine: it reads the environment here, once a call.
+    run = run_worker(job, job_dir, settings, EngineConfig.from_env())
     got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
     measured_values = values

@@ -33,6 +33,9 @@ STORE_ENV = "NSPY_MCP_STORE"
 MAX_RESULTS_ENV = "NSPY_MCP_STORE_MAX_RESULTS"
 MAX_AGE_DAYS_ENV = "NSPY_MCP_STORE_MAX_AGE_DAYS"
 
+JIT_CACHE_VARS = ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
+"""The JIT caches a job's processes keep between jobs (plan/job_plan.jit_cache_env)."""
+
 DEFAULT_IDLE_S = 600.0
 STANDBY_MARGIN_S = 15.0
 """A standby this close to its idle limit is retired rather than handed a job; an idle
@@ -56,6 +59,11 @@ class EngineConfig:
     store_max_results: str | None = None
     """As written; the store parses both limits (``0``/``none`` turns one off)."""
     store_max_age_days: str | None = None
+    pythonpath: str = ""
+    """The server's PYTHONPATH, which its jobs' processes get after this package."""
+    jit_caches: tuple[tuple[str, str], ...] = ()
+    """The caller's own TRITON_CACHE_DIR / CUDA_CACHE_PATH, which contestants use instead
+    of the shared defaults (plan/job_plan.jit_cache_env)."""
     profile_backend: str | None = None
     """The backend of a staged request's profile stage instead of the request's (ncu): for
     hosts without ncu (tests, CI). Set in code only; no variable sets it."""
@@ -81,6 +89,8 @@ class EngineConfig:
             store_root=Path(store).expanduser() if store else None,
             store_max_results=env.get(MAX_RESULTS_ENV),
             store_max_age_days=env.get(MAX_AGE_DAYS_ENV),
+            pythonpath=env.get("PYTHONPATH", ""),
+            jit_caches=tuple((v, env[v]) for v in JIT_CACHE_VARS if env.get(v)),
         )
 
     @property

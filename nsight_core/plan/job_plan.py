@@ -111,7 +111,7 @@ def plan_job(
         reference_source_file=(
             job_dir / INLINE_REFERENCE if request.reference_source is not None else None
         ),
-        env=job_env(gpu),
+        env=job_env(gpu, config),
         contestant_limit_s=limit,
         judge_limit_s=limit + JUDGE_GRACE_S,
         memory_bytes=default_memory_limit(config.job_memory),
@@ -128,12 +128,12 @@ def confinement(config: EngineConfig) -> Literal["on", "off"]:
     return "on" if landlock_abi() > 0 else "off"
 
 
-def job_env(gpu: str | None) -> dict[str, str]:
+def job_env(gpu: str | None, config: EngineConfig) -> dict[str, str]:
     """The environment a job's processes get on top of the allowlist: this package on
     PYTHONPATH, the JIT caches and the GPU (a standby's key holds it: standby.py)."""
     package_root = str(Path(__file__).resolve().parents[2])
-    pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": pythonpath, **jit_cache_env(), **gpu_env(gpu)}
+    pythonpath = os.pathsep.join(p for p in (package_root, config.pythonpath) if p)
+    return {"PYTHONPATH": pythonpath, **jit_cache_env(config), **gpu_env(gpu)}
 
 
 def gpu_env(gpu: str | None) -> dict[str, str]:
@@ -141,7 +141,7 @@ def gpu_env(gpu: str | None) -> dict[str, str]:
     return {} if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu}
 
 
-def jit_cache_env() -> dict[str, str]:
+def jit_cache_env(config: EngineConfig) -> dict[str, str]:
     """Persistent JIT caches for jobs, whose HOME is a fresh private directory.
 
     Without them every job would recompile its Triton kernels and re-JIT its PTX (seconds
@@ -152,8 +152,9 @@ def jit_cache_env() -> dict[str, str]:
     """
     base = Path(user_cache_dir("nspy-mcp"))
     env = {}
+    own = dict(config.jit_caches)
     for var, sub in (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "cuda")):
-        shared = os.environ.get(var) or str(base / sub)
+        shared = own.get(var) or str(base / sub)
         env[CONTESTANT_ENV_PREFIX + var] = shared
         env[var] = str(base / "judge" / sub)
         # Made now: a confined contestant may write beneath them but create nothing above.

@@ -7,6 +7,7 @@ is exercised end to end. tests/gpu/test_stages_gpu.py runs the real cupti screen
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import time
@@ -30,7 +31,7 @@ from nsight_core.stages import (
 )
 from nsight_core.staging.cost import H200_COSTS, calls_per_config, estimate_staging
 
-EVENTS_PROFILE = EngineConfig(profile_backend="events")
+EVENTS_PROFILE = dataclasses.replace(EngineConfig.from_env(), profile_backend="events")
 """The profile stage under events: this host has no ncu."""
 
 # Host-clock times are set by sleeps far apart (2, 8, 30 ms against the reference's 20 ms),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,9 @@ def same(path):
 def test_events_timed_calls_open_no_nvtx_range_so_none_pays_for_its_import(
     tmp_path: Path,
 ) -> None:
-    unconfined = EngineConfig(confine="off")  # the candidate writes its log outside workdir
+    unconfined = dataclasses.replace(
+        EngineConfig.from_env(), confine="off"
+    )  # the candidate writes its log outside workdir
     log = tmp_path / "seen.txt"
     request = ProfileRequest(
         reference="ref",
@@ -187,7 +190,7 @@ def cand(xs):
 def test_the_judge_compiles_into_caches_no_contestant_can_write(tmp_path: Path) -> None:
     """A compiled kernel planted in the judge's JIT cache would change expected outputs of
     later jobs; the contestant gets a cache of its own and cannot write the judge's."""
-    judge_cache = Path(jit_cache_env()["TRITON_CACHE_DIR"])
+    judge_cache = Path(jit_cache_env(EngineConfig())["TRITON_CACHE_DIR"])
     (judge_cache / "planted").unlink(missing_ok=True)
     planter = f"JUDGE_CACHE = {str(judge_cache)!r}\n" + PLANTER
     result = job_with_candidate(tmp_path, "planter.py", planter, n=8)

@@ -28,6 +28,7 @@ request says it pays. The numbers then show only that the bench and both paths r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -219,7 +220,7 @@ def run_case(case: Case, runs: int, work: Path, stand_in: bool, force: bool) -> 
             fields | {"stages": {"screen": "cupti", "top_k": TOP_K}}
         )
         options: dict[str, Any] = {
-            "config": EngineConfig(profile_backend="events"),
+            "config": dataclasses.replace(EngineConfig.from_env(), profile_backend="events"),
             "costs": H200_COSTS,
             "force_screen": force or est.pays,
         }

@@ -1,0 +1,28 @@
+"""A job's environment comes from the engine's config, read once at the edge, not from
+whatever this process's environment holds when the job starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nsight_core.plan.config import EngineConfig
+from nsight_core.plan.job_plan import job_env
+from nsight_core.processes.launch import CONTESTANT_ENV_PREFIX
+
+
+def test_a_jobs_environment_is_the_configs_whatever_the_process_holds_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton = tmp_path / "own-triton"
+    config = EngineConfig.from_env({"PYTHONPATH": "/site", "TRITON_CACHE_DIR": str(triton)})
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")  # after the config was read: no effect
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other"))
+    env = job_env("GPU-1", config)
+    assert env["PYTHONPATH"].split(os.pathsep)[1:] == ["/site"]
+    assert env[CONTESTANT_ENV_PREFIX + "TRITON_CACHE_DIR"] == str(triton)
+    assert env["TRITON_CACHE_DIR"] != str(triton)  # the judge's cache is its own
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-1"
+    assert triton.is_dir() and not (tmp_path / "other").exists()
