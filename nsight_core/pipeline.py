@@ -24,7 +24,7 @@ from nsight_core.collectors.base import Wrapped
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
-from nsight_core.processes.sandbox import SandboxLimits, run_sandboxed
+from nsight_core.processes.sandbox import SandboxLimits, default_memory_limit, run_sandboxed
 from nsight_core.processes.standby import StandbyKey, StandbyPool
 from nsight_core.protocol import (
     EVENTS_FILE,
@@ -201,7 +201,9 @@ def run_worker(job: JobSpec, job_dir: Path, settings: JobSettings, config: Engin
     outcome = run_sandboxed(
         wrapped.argv,
         cwd=job_dir,
-        limits=SandboxLimits(wall_s=settings.time_limit_s),
+        limits=SandboxLimits(
+            wall_s=settings.time_limit_s, memory_bytes=default_memory_limit(config.job_memory)
+        ),
         env=job_env(settings.gpu, config),
         poll=tail.poll,
         output_dir=job_dir,

@@ -26,3 +26,21 @@ def test_a_jobs_environment_is_the_configs_whatever_the_process_holds_later(
     assert env["TRITON_CACHE_DIR"] != str(triton)  # the judge's cache is its own
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-1"
     assert triton.is_dir() and not (tmp_path / "other").exists()
+
+
+def test_the_kernel_apis_jobs_keep_the_configured_memory_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The `@kernel` API reads the engine's settings at its call: a memory limit set in the
+    environment still bounds its job (a plain Python worker is over 20 MiB at once)."""
+    import nsight_core as nsight  # lazy: the public surface, imported as a user does
+
+    monkeypatch.setenv("NSPY_MCP_JOB_MEMORY", "20M")
+
+    @nsight.analyze.kernel(configs=[(8,)], runs=2, backend="events", verbosity=0)
+    def tiny(n: int) -> None:
+        with nsight.annotate("a"):
+            sum(range(n))
+
+    with pytest.raises(nsight.exceptions.ProfilerException, match="NSPY_MCP_JOB_MEMORY"):
+        tiny()
