@@ -178,7 +178,7 @@ def run_planned(
             error = NsightCoreError(end.error_class, end.message, end.hint)
     return JobRun(
         job_dir=job_dir,
-        backend=plan.backend.name,
+        settings=plan.settings,
         wrapped=wrapped,
         outcome=outcome,
         events=events,
@@ -217,7 +217,7 @@ def run_worker(job: JobSpec, job_dir: Path, settings: JobSettings, config: Engin
         error = own
     return JobRun(
         job_dir=job_dir,
-        backend=settings.backend,
+        settings=settings,
         wrapped=wrapped,
         outcome=outcome,
         events=events,

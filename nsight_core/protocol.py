@@ -137,6 +137,9 @@ class JobSpec(_Msg):
     """Confine the contestant's file access (decided by the job's plan: plan/job_plan.py)."""
     launch: LaunchSpec | None = None
     """A request job's contestant command settings, as its plan resolved them."""
+    settings: dict[str, Any] | None = None
+    """A request job's settings, as its plan resolved them (`JobSettings.wire`): the judge
+    reads these, never a second derivation from the request."""
     time_limit_s: float = Field(600.0, gt=0)
     """The contestant's limit, as the plan resolved it (the judge arms it; the server gives
     the judge this plus a grace to report how the contestant ended)."""

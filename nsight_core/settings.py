@@ -1,13 +1,18 @@
 """The settings of one job, in one object: what every stage after the request needs.
 
 A profile request and an `@kernel` call both become a `JobSettings`; the pipeline, the
-backends and row building take it instead of repeating eight keyword arguments each.
+backends and row building take it instead of repeating eight keyword arguments each. A
+request's settings are resolved once, by its plan (plan/job_plan.py); the judge reads the
+plan's own object from ``job.json`` (`wire` / `from_wire`), not a second derivation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
 
 from nsight_core.protocol import LaunchSpec
 from nsight_core.request import KernelsSpec, ProfileRequest
@@ -52,8 +57,24 @@ class JobSettings:
             cuda_ipc=cuda_ipc,
         )
 
+    def wire(self) -> dict[str, Any]:
+        """These settings as JSON data for another process (the judge's ``job.json``).
+
+        A `combine_fn` is a callable of the `@kernel` API's own process: it never crosses."""
+        if self.combine_fn is not None:
+            raise ValueError("settings with a combine_fn callable cannot leave their process")
+        data: dict[str, Any] = _WIRE.dump_python(self, mode="json", exclude={"combine_fn"})
+        return data
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> JobSettings:
+        """The settings another process wrote with `wire`."""
+        return _WIRE.validate_python(data)
+
     @classmethod
     def of_request(cls, request: ProfileRequest) -> JobSettings:
+        """A request's settings. Only its plan (plan/job_plan.py) and the checks made
+        before a plan exists (preflight, a stored result's listing) call this."""
         return cls(
             backend=request.backend,
             metrics=tuple(request.metrics),
@@ -66,3 +87,6 @@ class JobSettings:
             check_enabled=request.check.enabled,
             diagnose=request.diagnose,
         )
+
+
+_WIRE: TypeAdapter[JobSettings] = TypeAdapter(JobSettings)

@@ -186,7 +186,8 @@ class Judge:
         self.seat = seat
         self.events = EventWriter(job_dir / EVENTS_FILE)
         self.backend: Backend = seat.backend
-        self.settings = JobSettings.of_request(request)
+        assert job.settings is not None  # _read_job refused a job without them
+        self.settings = JobSettings.from_wire(job.settings)
         self._rng = random.Random(secrets.randbits(64))
         self._tools = BoundTools(self._rng)
         """Bound before any user code is imported here (guard.py)."""
@@ -838,8 +839,8 @@ def _read_job(job_dir: Path) -> JobSpec | str:
         job = JobSpec.model_validate_json((job_dir / JOB_FILE).read_text())
     except (OSError, ValidationError) as exc:
         return f"bad job file: {exc}"
-    if job.request is None or job.launch is None:
-        return "not a request job (no request or no launch settings)"
+    if job.request is None or job.launch is None or job.settings is None:
+        return "not a request job (no request, launch settings or job settings)"
     return job
 
 

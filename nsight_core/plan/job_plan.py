@@ -77,6 +77,7 @@ class JobPlan:
             child_timer=self.backend.child_timer,
             confine=self.confine,
             launch=self.launch,
+            settings=self.settings.wire(),
             time_limit_s=self.contestant_limit_s,
         )
 

@@ -382,7 +382,7 @@ def _first_candidate_failure(request: ProfileRequest, result: ProfileResult) -> 
 def assemble_result(
     request: ProfileRequest, run: JobRun, *, result_id: str, created_at: str
 ) -> ProfileResult:
-    settings = JobSettings.of_request(request)
+    settings = run.settings
     got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
     ctx = row_context(settings, request.configs, gpu)

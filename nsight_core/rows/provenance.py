@@ -41,7 +41,7 @@ def provenance_of(run: JobRun, settings: JobSettings, gpu: str | None) -> Proven
     done = run.events.done
     applies = get_backend(settings.backend).settings_apply
     return Provenance(
-        backend=run.backend,
+        backend=run.settings.backend,
         gpu=gpu or (done.device if done else None),
         ncu_version=run.wrapped.tool_version,
         ncu_report_version=_package_version("ncu-report"),

@@ -28,6 +28,7 @@ from nsight_core.protocol import (
     SampleEvent,
     SuspectEvent,
 )
+from nsight_core.settings import JobSettings
 
 if TYPE_CHECKING:  # only for annotations
     from nsight_core.processes.sandbox import SandboxOutcome
@@ -122,7 +123,8 @@ class JobRun:
     """A finished job: how its process ended, what it said, where its files are."""
 
     job_dir: Path
-    backend: str
+    settings: JobSettings
+    """The job's settings as its plan resolved them: row building reads these."""
     wrapped: Wrapped
     """The measured command (the contestant's, under ncu or not) and the backend's files."""
     outcome: SandboxOutcome

@@ -118,6 +118,7 @@ def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates
         workdir=str(tmp_path),
         source_file=str(job_dir / "src.py"),
         launch=LaunchSpec(backend="test-range", metrics=list(request.metrics)),
+        settings=dataclasses.replace(JobSettings.of_request(request), backend="test-range").wire(),
     )
     assert job.launch is not None
     assert Judge(job, request, job_dir, Seat(job.launch, job_dir)).run() == 0
