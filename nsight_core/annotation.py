@@ -20,10 +20,13 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from nsight_core.nsight.info_collector import collect_for_annotation
-from nsight_core.protocol import NVTX_DOMAIN, RunKey
+from nsight_core.protocol import NVTX_DOMAIN, KernelTiming, RunKey
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+RegionTiming = tuple[float, list[KernelTiming]]
+"""What an in-process timer measured of one annotated region: ns, and its kernels."""
 
 
 @dataclass
@@ -33,10 +36,11 @@ class RunContext:
     config_id: int
     run: int
     profiling: bool
-    on_range: Callable[[RunKey, BaseException | None, float | None], None] | None = None
+    on_range: Callable[[RunKey, BaseException | None, RegionTiming | None], None] | None = None
     sync: Callable[[], None] | None = None
-    timer: Callable[[], Callable[[], float]] | None = None
-    """Starts a clock and returns its stopper (elapsed ns); set for the events backend."""
+    timer: Callable[[], Callable[[], RegionTiming]] | None = None
+    """Starts the backend's in-process timer and returns its stopper: (elapsed ns, the
+    region's kernels where the timer sees them); set for the in-process backends."""
     nvtx: bool = True
     """Open NVTX ranges (ncu needs them); off for the events backend, where a range would
     only add its cost, and the first call's `import nvtx`, to the timed call."""
@@ -71,7 +75,7 @@ class annotate:  # Nsight Python's lower-case name: a context manager and a deco
         self.ignore_failures = ignore_failures
         self._range: object | None = None
         self._key: RunKey | None = None
-        self._stop: Callable[[], float] | None = None
+        self._stop: Callable[[], RegionTiming] | None = None
 
     def __enter__(self) -> annotate:
         ctx = _global_ctx
@@ -105,7 +109,7 @@ class annotate:  # Nsight Python's lower-case name: a context manager and a deco
         tb: TracebackType | None,
     ) -> bool:
         ctx = _global_ctx
-        elapsed: float | None = None
+        elapsed: RegionTiming | None = None
         try:
             if ctx is not None and ctx.sync is not None and exc is None:
                 ctx.sync()  # keep the call's asynchronous work inside the range

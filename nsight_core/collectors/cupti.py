@@ -35,15 +35,14 @@ example does, since a record wraps a pointer into CUPTI's buffer.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from nsight_core.annotation import RegionTiming
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.cupti_samples import (
     CUPTI_DURATION,
@@ -53,6 +52,7 @@ from nsight_core.collectors.cupti_samples import (
     records_from_cupti_samples,
 )
 from nsight_core.collectors.events import Device, sync_all
+from nsight_core.collectors.kernel_names import kernel_name
 from nsight_core.collectors.timers import REPLY_PATH, CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
@@ -152,85 +152,6 @@ def launched_elsewhere(
 def incomplete(kernels: Sequence[KernelActivity]) -> list[KernelActivity]:
     """Records without usable timestamps (CUPTI writes 0 when it could not collect them)."""
     return [k for k in kernels if k.start <= 0 or k.end <= 0 or k.end < k.start]
-
-
-def _matching_close(text: str, close_at: int, open_ch: str, close_ch: str) -> int:
-    """Index of the bracket that opens the one closing at ``close_at``; -1 if unbalanced."""
-    depth = 0
-    for i in range(close_at, -1, -1):
-        if text[i] == close_ch:
-            depth += 1
-        elif text[i] == open_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
-def base_name(demangled: str) -> str:
-    """ncu's function-name base of a demangled signature: no return type, scope, template
-    arguments or parameters ('void at::native::(anonymous namespace)::f<4, float>(float*)'
-    -> 'f'). A plain C name (Triton's) comes back unchanged."""
-    s = demangled.strip()
-    for suffix in (" const", " volatile", " &&", " &"):
-        s = s.removesuffix(suffix)
-    if s.endswith(")"):
-        i = _matching_close(s, len(s) - 1, "(", ")")
-        if i > 0:
-            s = s[:i].rstrip()
-    if s.endswith(">"):
-        i = _matching_close(s, len(s) - 1, "<", ">")
-        if i > 0:
-            s = s[:i].rstrip()
-    depth, cut = 0, 0
-    for i, ch in enumerate(s):
-        if ch in "(<":
-            depth += 1
-        elif ch in ")>":
-            depth -= 1
-        elif depth == 0 and (ch == " " or (ch == ":" and s[i - 1 : i] == ":")):
-            cut = i + 1
-    return s[cut:] or demangled
-
-
-@lru_cache(maxsize=1)
-def _cxa_demangle() -> Callable[[str], str | None]:
-    """libstdc++'s demangler through ctypes (already loaded by torch in the contestant)."""
-    try:
-        lib = ctypes.CDLL("libstdc++.so.6")
-        libc = ctypes.CDLL(None)
-    except OSError:
-        return lambda _name: None
-    fn = lib.__cxa_demangle
-    fn.restype = ctypes.c_void_p
-    fn.argtypes = [
-        ctypes.c_char_p,
-        ctypes.c_char_p,
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_int),
-    ]
-    free = libc.free
-    free.argtypes = [ctypes.c_void_p]
-    free.restype = None
-
-    def demangle(name: str) -> str | None:
-        status = ctypes.c_int(-1)
-        ptr = fn(name.encode(), None, None, ctypes.byref(status))
-        if not ptr:
-            return None
-        try:
-            return ctypes.string_at(ptr).decode(errors="replace") if status.value == 0 else None
-        finally:
-            free(ptr)
-
-    return demangle
-
-
-@lru_cache(maxsize=4096)
-def kernel_name(raw: str) -> str:
-    """The name rows show for a CUPTI kernel name: demangled, then reduced to ncu's base."""
-    demangled = _cxa_demangle()(raw) if raw.startswith("_Z") else None
-    return base_name(demangled or raw)
 
 
 # -- child side: the timer in the contestant ----------------------------------------------
@@ -373,9 +294,17 @@ class CuptiTimer:
         return kernels, apis
 
     def time_call(
-        self, device: Device, fn: Callable[[], Any]
+        self, device: Device | None, fn: Callable[[], Any]
     ) -> tuple[Any, float, list[KernelSpan]]:
         """Run ``fn`` once: (its result, host-inclusive ns, its kernels in start order)."""
+        t0 = self.open_window(device)
+        out = fn()
+        ns, spans = self.close_window(t0)
+        return out, ns, spans
+
+    def open_window(self, device: Device | None) -> int:
+        """Start a timed window (after the L2 flush, when a device is given); its CUPTI
+        timestamp, for `close_window`. The `@kernel` mode's regions open one each."""
         cupti = self._cupti
         if cupti is None:
             raise NsightCoreError(
@@ -384,10 +313,16 @@ class CuptiTimer:
                 "report this: the contestant must call CuptiTimer.start() first",
             )
         sync_all()  # what ran before this call has ended; its records come with the call's
-        device.flush_l2()
-        sync_all()  # the flush kernel ends before the window opens
-        t0 = int(cupti.get_timestamp())
-        out = fn()
+        if device is not None:
+            device.flush_l2()
+            sync_all()  # the flush kernel ends before the window opens
+        return int(cupti.get_timestamp())
+
+    def close_window(self, t0: int) -> tuple[float, list[KernelSpan]]:
+        """End the window `open_window` started: (host-inclusive ns, its kernels in start
+        order)."""
+        cupti = self._cupti
+        assert cupti is not None  # open_window checked it
         sync_all()
         t1 = int(cupti.get_timestamp())
         cupti.activity_flush_all(FLUSH_FORCED)  # one flush a call: each costs milliseconds
@@ -418,7 +353,7 @@ class CuptiTimer:
                 "run again; if it persists, use backend 'ncu' or 'events'",
             )
         spans = [KernelSpan(kernel_name(k.name), k.start, k.end, k.stream) for k in mine]
-        return out, float(t1 - t0), spans
+        return float(t1 - t0), spans
 
 
 # -- parent side --------------------------------------------------------------------------
@@ -465,6 +400,20 @@ class CuptiCallTimer(CallTimer):
             for k in spans
         ]
         return TimedCall(out, ns, kernels, self._timer.outside[:8])
+
+    def region(self) -> Callable[[], RegionTiming]:
+        """The `@kernel` mode's region: its kernels from CUPTI, as a request's call (no L2
+        flush: the user's function decides what the cache holds, as under Nsight Python)."""
+        t0 = self._timer.open_window(None)
+
+        def stop() -> RegionTiming:
+            ns, spans = self._timer.close_window(t0)
+            return ns, [
+                KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
+                for k in spans
+            ]
+
+        return stop
 
 
 class CuptiBackend(Backend):

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, get_args
 
-from nsight_core.annotation import end_range, start_range
+from nsight_core.annotation import RegionTiming, end_range, start_range
 from nsight_core.collectors.base import Backend, ChildTimer, TamperScope
-from nsight_core.collectors.events import Device, sync_all
+from nsight_core.collectors.events import Device, start_timer, sync_all
 from nsight_core.protocol import KernelTiming, RunKey
 
 TIMER_KINDS: tuple[str, ...] = get_args(ChildTimer)
@@ -105,6 +105,13 @@ class CallTimer(ABC):
     @abstractmethod
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
         """Run ``fn`` once as the timed call ``key``."""
+
+    def region(self) -> Callable[[], RegionTiming]:
+        """Start timing an annotated region of the `@kernel` mode, where the user's own
+        function opens and closes it; the stopper returns (ns, the region's kernels). By
+        default the clock of `events.start_timer`, which sees no kernels."""
+        stop = start_timer()
+        return lambda: (stop(), [])
 
 
 class RangeTimer(CallTimer):

@@ -34,8 +34,8 @@ from typing import IO, Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from nsight_core.annotation import RunContext, set_run_context
-from nsight_core.collectors.events import Device, detect_device, start_timer, sync_all
+from nsight_core.annotation import RegionTiming, RunContext, set_run_context
+from nsight_core.collectors.events import Device, detect_device, sync_all
 from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, call_timer
 from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
 from nsight_core.errors import JobExit
@@ -48,7 +48,6 @@ from nsight_core.processes.sandbox import (
 from nsight_core.protocol import (
     CONTESTANT_SOCKET,
     EVENTS_FILE,
-    EVENTS_METRIC,
     JOB_FILE,
     READY_LINE,
     CallMsg,
@@ -66,7 +65,6 @@ from nsight_core.protocol import (
     RangeEvent,
     ReplyMsg,
     RunKey,
-    SampleEvent,
 )
 from nsight_core.runtime.check import aliased, mutated, snapshot_inputs
 from nsight_core.runtime.early_cuda import EarlyCuda
@@ -83,6 +81,7 @@ from nsight_core.runtime.process import (
     preload_frameworks,
     seed_all,
 )
+from nsight_core.settings import JobSettings
 
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
 
@@ -307,33 +306,55 @@ def _user_modules() -> list[Any]:
 RUN_SEED_BASE = 500_000
 
 
-def run_function_job(job: JobSpec, events: EventWriter, timed: bool) -> int:
-    """Call the user's function per (config, run); it annotates itself."""
-    import cloudpickle
+class _RegionReporter:
+    """Writes what each annotated region of the `@kernel` mode gave: its samples (by the
+    job's backend, as the judge makes them for a request's calls), its end, its failure."""
 
-    assert job.function is not None
-    spec = job.function
-    phase_seconds: dict[str, float] = {}
-    # The pickle holds the function and its bound configs: config values may be any
-    # picklable object (tuples, tensors' shapes, dataclasses), not only JSON.
-    fn, configs = cloudpickle.loads((Path(job.workdir) / spec.pickle_file).read_bytes())
+    def __init__(self, events: EventWriter, job: JobSpec) -> None:
+        from nsight_core.collectors import get_backend  # lazy: every backend, @kernel mode only
 
-    reported: set[int] = set()
+        self.events = events
+        self.backend = get_backend(job.backend)
+        self.settings = JobSettings.from_wire(job.settings) if job.settings is not None else None
+        self.reported: set[int] = set()
+        """ids of the exceptions already reported inside a region."""
 
-    def on_range(key: RunKey, exc: BaseException | None, elapsed: float | None) -> None:
+    def on_range(self, key: RunKey, exc: BaseException | None, timing: RegionTiming | None) -> None:
         if exc is not None:
-            reported.add(id(exc))
-        if elapsed is not None:
-            events.emit(SampleEvent.of(key, EVENTS_METRIC, elapsed))
-        events.emit(
+            self.reported.add(id(exc))
+        if timing is not None:
+            if self.settings is None:
+                raise ValueError("an in-process timer's job carries its settings")
+            ns, kernels = timing
+            for sample in self.backend.call_samples(key, ns, kernels, self.settings):
+                self.events.emit(sample)
+        self.events.emit(
             RangeEvent(
                 annotation=key.annotation, config_id=key.config_id, run=key.run, ok=exc is None
             )
         )
         if exc is not None:
-            events.emit(
+            self.events.emit(
                 failure_event(key.annotation, "profile", exc, config_id=key.config_id, run=key.run)
             )
+
+
+def run_function_job(job: JobSpec, events: EventWriter, timer: CallTimer) -> int:
+    """Call the user's function per (config, run); it annotates itself. An in-process
+    ``timer`` times each region and its backend turns that into samples, as the judge does
+    for a request's calls; an external one (ncu) reads the NVTX ranges instead."""
+    import cloudpickle
+
+    assert job.function is not None
+    spec = job.function
+    timed = not timer.external
+    phase_seconds: dict[str, float] = {}
+    # The pickle holds the function and its bound configs: config values may be any
+    # picklable object (tuples, tensors' shapes, dataclasses), not only JSON.
+    fn, configs = cloudpickle.loads((Path(job.workdir) / spec.pickle_file).read_bytes())
+
+    reporter = _RegionReporter(events, job)
+    on_range, reported = reporter.on_range, reporter.reported
 
     t0 = time.monotonic()
     for cid, (args, kwargs) in enumerate(configs):
@@ -357,7 +378,7 @@ def run_function_job(job: JobSpec, events: EventWriter, timed: bool) -> int:
                     profiling=True,
                     on_range=on_range,
                     sync=None if timed else sync_all,
-                    timer=start_timer if timed else None,
+                    timer=timer.region if timed else None,
                     nvtx=not timed,
                 )
             )
@@ -405,15 +426,13 @@ def _function_main(job_dir: Path) -> int:
     except Exception as exc:
         sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
         return int(JobExit.BAD_JOB)
-    timer = call_timer(job.child_timer)
-    timed = not timer.external  # else NVTX ranges per region, which the profiler reads
-    if not timed:
-        timer.start()  # nvtx loaded now, so no profiled call pays for the import
+    events = EventWriter(job_dir / EVENTS_FILE)
     if job.workdir not in sys.path:
         sys.path.append(job.workdir)
-    events = EventWriter(job_dir / EVENTS_FILE)
     try:
-        return run_function_job(job, events, timed)
+        timer = call_timer(job.child_timer)
+        timer.start()  # nvtx or libcupti loaded now, so no profiled call pays for the import
+        return run_function_job(job, events, timer)
     except Exception as exc:
         events.emit(failure_event("<worker>", "profile", exc))
         return int(JobExit.INTERNAL)

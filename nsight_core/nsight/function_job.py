@@ -7,6 +7,7 @@ the job's shape differs (the function annotates itself, there is no reference ch
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import sysconfig
@@ -159,6 +160,8 @@ def run_function(
         ),
         workdir=os.getcwd(),
         child_timer=get_backend(settings.backend).child_timer,
+        # The combiner callable stays in this process, where the rows are built.
+        settings=dataclasses.replace(settings, combine_fn=None).wire(),
     )
     # The `@kernel` API is an edge of the engine: it reads the environment here, once a call.
     run = run_worker(job, job_dir, settings, EngineConfig.from_env())
@@ -185,6 +188,11 @@ def run_function(
         rows = sorted(rows, key=lambda r: r.Metric not in measured)
     if run.error is not None and not rows:
         detail = next((f for f in failures if f.ErrorClass == run.error.error_class), None)
+        # What the contestant itself reported before it ended (its timer would not start)
+        # says more than how it exited.
+        own = next((f for f in failures if f.Annotation == "<worker>"), None)
+        if detail is None and own is not None:
+            raise NsightCoreError(own.ErrorClass, own.Error, f"job files are in {job_dir}")
         raise NsightCoreError(
             run.error.error_class,
             detail.Error if detail else run.error.message,

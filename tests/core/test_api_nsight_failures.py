@@ -121,21 +121,20 @@ def test_a_function_takes_the_active_tools_backend_at_its_first_call_and_keeps_i
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Activation loads nothing here; pretend cupti-python is installed so that CUPTI can be
-    # chosen on this CPU host (its runs then profile no kernel, which is what we read).
+    # chosen on this CPU host: its contestant then fails to load cupti, which names the
+    # backend each call ran under.
     monkeypatch.setattr(tools, "CUPTI_AVAILABLE", True)
     nsight.activate(nsight.Tool.CUPTI)
     nsight.activate(nsight.Tool.CUPTI)  # the same tool again: a no-op
     with pytest.raises(RuntimeError, match=r"is already active; cannot switch .*deactivate"):
         nsight.activate(nsight.Tool.NCU)
     first = nsight.analyze.kernel(configs=[(8,)], runs=1, thermal_mode="off", verbosity=0)(body)
-    with pytest.raises(KernelCountError) as err:
+    with pytest.raises(Exception, match="No module named 'cupti'"):
         first()
-    assert {r.Backend for r in err.value.results.rows} == {"cupti"}  # type: ignore[attr-defined]
     nsight.deactivate()
     assert nsight.get_active_tool() is None
-    with pytest.raises(KernelCountError) as err:
+    with pytest.raises(Exception, match="No module named 'cupti'"):
         first()  # resolved at its first call: still cupti
-    assert {r.Backend for r in err.value.results.rows} == {"cupti"}  # type: ignore[attr-defined]
     later = nsight.analyze.kernel(configs=[(8,)], runs=1, thermal_mode="off", verbosity=0)(body)
     if discover_ncu().used is None:
         with pytest.raises(NCUNotAvailableError):

@@ -23,10 +23,8 @@ from nsight_core.collectors.cupti import (
     ApiActivity,
     KernelActivity,
     KernelSpan,
-    base_name,
     harness_thread,
     incomplete,
-    kernel_name,
     launch_cbids,
     launched_elsewhere,
     split_by_launch,
@@ -39,6 +37,7 @@ from nsight_core.collectors.cupti_samples import (
     call_samples,
     union_ns,
 )
+from nsight_core.collectors.kernel_names import base_name, kernel_name
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC, KernelsSpec, Reducer
