@@ -128,6 +128,12 @@ RESULT_OUTPUT = OutputPolicy(
 failures) validated to the leaves, the fields whose meaning a name does not carry described;
 provenance, diagnoses, stages and cross-checks checked by type. docs/rows.md and docs/results.md document
 every field."""
+ENV_OUTPUT = OutputPolicy(
+    deep=frozenset(EnvironmentReport.model_json_schema()["$defs"]) - {"CanaryCheck"}
+)
+"""check_environment's answer: every section validated to the leaves but the deep check's
+canaries, checked by type (docs/environment.md documents their fields): they cost every
+session's tools/list nothing but the field itself."""
 READ_OUTPUT = OutputPolicy(deep=frozenset({"ProfileResult", "ResultSummary"}))
 """read_results' answer: the result's own fields and the listing's summaries; the parts of a
 result are described once, in profile_candidates' output schema."""
@@ -464,7 +470,9 @@ def build_server(
         extensions=[TasksExtension()],
     )
     server.middleware.append(reject_unknown_arguments(server))
-    server.register_tool(check_environment, "Check the profiling environment", READ_ONLY)
+    server.register_tool(
+        check_environment, "Check the profiling environment", READ_ONLY, ENV_OUTPUT
+    )
     server.register_tool(validate_metrics, "Validate ncu metric names", READ_ONLY)
     server.register_tool(
         profile_candidates,

@@ -110,6 +110,27 @@ class SandboxStatus(_Model):
     )
 
 
+class CanaryCheck(_Model):
+    """One backend's canary job."""
+
+    # Filled by the server and the CLI (`nspy_mcp.canaries`) for a deep check: the probe
+    # itself never runs candidate code. `tools/list` checks this part by type only (the
+    # server validates it), so its fields cost an agent's context nothing.
+    ok: bool | None = Field(
+        description="Every hack caught and the control passed; null when the job did not run."
+    )
+    caught: int = Field(description="Hacks that got their expected verdict.")
+    total: int = Field(description="Hacks in the set (the honest control is not one of them).")
+    missed: list[str] = Field(
+        default_factory=list, description="'name: what was seen' for each hack not caught."
+    )
+    control: str = Field(
+        "", description="The honest control's outcome: 'passed, Trust ok', or what was seen."
+    )
+    wall_s: float | None = Field(None, description="Wall time of the job; null when not run.")
+    note: str = Field("", description="Why the job did not run here, or what failed in it.")
+
+
 class EnvironmentReport(_Model):
     host: str
     platform: str = Field(description="OS and machine, e.g. 'Linux-6.8-x86_64'.")
@@ -136,6 +157,11 @@ class EnvironmentReport(_Model):
     remediation: list[str] = Field(description="What to do about each problem found.")
     sandbox: SandboxStatus | None = Field(
         None, description="Process controls in force for jobs (always set by a fresh probe)."
+    )
+    canaries: dict[str, CanaryCheck] | None = Field(
+        None,
+        description="deep=true, per backend: ok, caught/total, missed, control, wall_s, note "
+        "of a job of canary hacks (docs/environment.md).",
     )
 
     def backend(self, name: str) -> BackendStatus:
