@@ -79,7 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     fmt.add_argument("--csv", action="store_true", help="CSV rows")
 
     env = sub.add_parser("env", help="print what profiling can do on this machine")
-    env.add_argument("--deep", action="store_true", help="also run a real one-kernel ncu test")
+    env.add_argument(
+        "--deep",
+        action="store_true",
+        help="also run a one-kernel ncu test and canary hacks through each working backend",
+    )
     env.add_argument("--refresh", action="store_true", help="ignore the cached probe")
     env.add_argument("--json", action="store_true", help="JSON output")
 

@@ -1,7 +1,8 @@
 """`nspy-mcp env` and `nspy-mcp metrics`: the probe and the metric check, for people.
 
-Both print a short human report by default and the model's JSON with ``--json``.
-Exit codes: ``env`` 0 (it reports, it does not judge); ``metrics`` 0 when every name is
+Both print a short human report by default and the model's JSON with ``--json``;
+``env --deep`` adds the canary jobs (`nspy_mcp.canaries`).
+Exit codes: ``env`` 0 (it reports, it does not judge, a missed canary included); ``metrics`` 0 when every name is
 valid, 1 when any is unknown or needs a suffix, 2 when names could not be checked (no
 catalog for the chip) or the chip is unknown.
 """
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from nsight_core.errors import NsightCoreError
 from nsight_core.host.catalog import MetricsValidation, validate_metrics
 from nsight_core.host.probe import EnvironmentReport, PackageStatus, probe_environment
+from nsight_core.host.report import CanaryCheck
 from nsight_core.plan.config import EngineConfig
 
 
@@ -71,14 +73,29 @@ def format_environment(r: EnvironmentReport) -> str:
         add(f"sandbox   dies with server: {sb.parent_death}; strays: {sb.descendants}")
         land = f"Landlock ABI {sb.landlock_abi}" if sb.landlock_abi else "no Landlock"
         add(f"          memory limit {mem} ({sb.memory_limit_source}); {land}")
+    for name, check in (r.canaries or {}).items():
+        add(f"canaries  {name:<7s}{_canary_line(check)}")
+        out.extend(f"          missed {m}" for m in check.missed)
     for fix in r.remediation:
         add(f"todo      {fix}")
     return "\n".join(out)
 
 
+def _canary_line(c: CanaryCheck) -> str:
+    if c.ok is None:
+        return c.note
+    verdict = "guards hold" if c.ok else "GUARDS FAILED"
+    line = f"{c.caught}/{c.total} hacks caught, control {c.control}: {verdict} ({c.wall_s:.1f} s)"
+    return f"{line}; {c.note}" if c.note else line
+
+
 def run_env(*, deep: bool, refresh: bool, as_json: bool) -> int:
-    setting = EngineConfig.from_env().job_memory
-    report = probe_environment(deep=deep, refresh=refresh, memory_setting=setting)
+    config = EngineConfig.from_env()
+    report = probe_environment(deep=deep, refresh=refresh, memory_setting=config.job_memory)
+    if deep:
+        from nspy_mcp.canaries import with_canaries  # lazy: the engine's jobs, for --deep only
+
+        report = with_canaries(report, config)
     _w(report.model_dump_json(indent=2) if as_json else format_environment(report))
     return 0
 

@@ -60,6 +60,7 @@ from nspy_mcp.answers import (
     tool_answer,
     with_next_step,
 )
+from nspy_mcp.canaries import with_canaries
 from nspy_mcp.cluster import DaskExecutor, parse_executor
 from nspy_mcp.devices import DeviceLocks
 from nspy_mcp.executors import Executor, LocalExecutor
@@ -148,8 +149,8 @@ async def check_environment(
         Field(
             strict=True,
             description=(
-                "Also run a real one-kernel ncu test of counter access (takes seconds). "
-                "Use it when counter permission is unclear."
+                "Also run real tests: one kernel under ncu (counters), and canary hacks per "
+                "working backend, caught or not (seconds each)."
             ),
         ),
     ] = False,
@@ -170,15 +171,19 @@ async def check_environment(
     act on. Pick the backend from it; 'events' works everywhere (time only). It never changes
     driver or GPU settings: report a permission problem, do not work around it.
     """
+    config = state_of(ctx).config if ctx is not None else None
     try:
         report = await anyio.to_thread.run_sync(
             partial(
                 probe_environment,
                 deep=deep,
                 refresh=refresh,
-                memory_setting=state_of(ctx).config.job_memory if ctx is not None else None,
+                memory_setting=config.job_memory if config is not None else None,
             )
         )
+        if deep:  # known hacks through the real pipeline, one job per backend
+            config = config or EngineConfig.from_env()  # a library call is an edge too
+            report = await anyio.to_thread.run_sync(with_canaries, report, config)
     except NsightCoreError as err:
         raise tool_error(err) from err
     return tool_answer(report)
