@@ -18,9 +18,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from nsight_core.host.probe import EnvironmentReport
+from nsight_core.host.probe import EnvironmentReport, probe_environment
 from nsight_core.plan.config import EngineConfig
-from nspy_mcp.canaries import CASES, read_canaries, run_backend
+from nspy_mcp.canaries import CASES, read_canaries, run_backend, run_canaries
 from nspy_mcp.server import build_server
 from tests.mcp.test_server import structured
 
@@ -138,3 +138,17 @@ def test_env_deep_json_from_outside_the_repository_reports_the_canaries(
     line = next(x for x in text.stdout.splitlines() if x.startswith("canaries  events "))
     assert f" {HACKS}/{HACKS} hacks caught, control passed, Trust " in line
     assert line.endswith(" s)") and ": guards hold (" in line
+
+
+def test_without_torch_every_backend_says_why_and_no_job_runs(
+    tmp_path: Path, private_cache: Path
+) -> None:
+    report = probe_environment()
+    frameworks = [f.model_copy(update={"installed": f.name != "torch"}) for f in report.frameworks]
+    no_torch = report.model_copy(update={"frameworks": frameworks})
+    checks = run_canaries(no_torch, EngineConfig())
+    assert list(checks) == ["ncu", "cupti", "events"]
+    for check in checks.values():
+        # wall_s is set by a job that ran: none did
+        assert (check.ok, check.caught, check.total, check.wall_s) == (None, 0, HACKS, None)
+        assert "torch is not installed" in check.note
