@@ -10,8 +10,10 @@ Contract:
 - The job's processes append `JobEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
   never to stdout: stdout belongs to the candidate (and, in the server, to MCP).
 - Every profiled call runs inside an NVTX start/end range in domain `NVTX_DOMAIN` whose
-  message is `RunKey.range_name()`. ncu keeps exactly those kernels, and extract.py
-  attributes each kernel by parsing the range name back: identity, never position.
+  message is `RunKey.range_name()` (with the judge's nonce of the call in a request job).
+  extract.py attributes each kernel by parsing the range name back: identity, never
+  position. In a request job ncu profiles every kernel but the untimed calls' (`u:`), and
+  collectors/ranges.py reports kernels outside the timed ranges and ranges nobody issued.
 - The parent trusts no statistic from the child: for ncu it reads values from the report;
   for events it takes raw per-run samples and refuses duplicates or missing runs.
 """
@@ -34,12 +36,25 @@ from nsight_core.runtime.files import STDERR_FILE as STDERR_FILE
 from nsight_core.runtime.files import STDOUT_FILE as STDOUT_FILE
 
 NVTX_DOMAIN = "nspy"
-"""Our own NVTX domain; ncu is run with ``--nvtx --nvtx-include regex:nspy@.+``."""
+"""Our own NVTX domain. A request job's contestant runs under ``--nvtx --nvtx-exclude
+`NCU_NVTX_EXCLUDE```: ncu profiles every kernel but those of the harness's untimed calls;
+an `@kernel` function job under ``--nvtx --nvtx-include `NCU_NVTX_INCLUDE```."""
 
 NCU_NVTX_INCLUDE = f"regex:{NVTX_DOMAIN}@.+"
 """ncu's filter grammar is ``domain@range`` (start/end ranges carry no trailing '/'); with
 ``regex:`` each side is a regex. This is the form Nsight Python ships (``regex:nsight-python@.+``)
 and that ncu 2025.3 was checked to accept; an empty range part is not."""
+
+UNTIMED_PREFIX = "u:"
+"""Range names of the harness's untimed calls (warm-up, checked calls, probes, imports)."""
+HARNESS_PREFIX = "h:"
+"""Range names of the harness's own work around a timed call (inputs in, output out): ncu
+profiles it, and its kernels count for no run."""
+
+NCU_NVTX_EXCLUDE = f"regex:{NVTX_DOMAIN}@^{UNTIMED_PREFIX}.*"
+"""What ncu leaves out in a request job: kernels inside an untimed call's range. Everything
+else is profiled, so work outside the timed ranges is in the report (collectors/ranges.py).
+Anchored, so an annotation that contains 'u:' never hides a timed range."""
 
 EVENTS_METRIC = "events__time_duration"
 """Metric name of the events backend: CUDA-event (GPU) or host-clock (CPU) time per call, ns."""
@@ -63,7 +78,12 @@ JOB_ARTIFACTS = {
 """Files a job may leave in its directory (name -> path in it); listed in a result's
 artifacts when present. The pipeline and the store both read this one list."""
 
-_RANGE_RE = re.compile(r"^c(?P<config>\d+):r(?P<run>\d+):(?P<annotation>.+)$", re.DOTALL)
+_RANGE_RE = re.compile(
+    r"^c(?P<config>\d+):r(?P<run>\d+):(?:n(?P<nonce>[0-9a-f]{16}):)?(?P<annotation>.+)$",
+    re.DOTALL,
+)
+NONCE_RE = re.compile(r"^[0-9a-f]{16}$")
+"""A call's nonce as the judge draws it (``secrets.token_hex(8)``); range names carry it."""
 
 
 @dataclass(frozen=True, order=True)
@@ -74,16 +94,42 @@ class RunKey:
     config_id: int
     run: int
 
-    def range_name(self) -> str:
-        # The annotation comes last so it may itself contain ':'.
-        return f"c{self.config_id}:r{self.run}:{self.annotation}"
+    def range_name(self, nonce: str | None = None) -> str:
+        """``c<config>:r<run>:<annotation>``; with the judge's nonce of the call
+        ``c<config>:r<run>:n<nonce>:<annotation>``, so a range nobody issued is told apart
+        (the `@kernel` API opens nonce-less ones). The annotation comes last so it may
+        itself contain ':'."""
+        if nonce is None:
+            return f"c{self.config_id}:r{self.run}:{self.annotation}"
+        if not NONCE_RE.match(nonce):
+            raise ValueError(f"a range's nonce is 16 hex digits, got {nonce!r}")
+        return f"c{self.config_id}:r{self.run}:n{nonce}:{self.annotation}"
+
+    def harness_range_name(self, nonce: str) -> str:
+        """The range of the harness's own work around this timed call (`HARNESS_PREFIX`)."""
+        return HARNESS_PREFIX + self.range_name(nonce)
 
     @classmethod
     def from_range_name(cls, name: str) -> RunKey | None:
-        m = _RANGE_RE.match(name)
-        if m is None:
-            return None
-        return cls(m["annotation"], int(m["config"]), int(m["run"]))
+        parsed = parse_range_name(name)
+        return None if parsed is None else parsed[0]
+
+
+def parse_range_name(name: str) -> tuple[RunKey, str | None] | None:
+    """The run and nonce a timed range's name carries (nonce None in a nonce-less name);
+    None for any other name (a harness or untimed range, someone else's)."""
+    m = _RANGE_RE.match(name)
+    if m is None:
+        return None
+    return RunKey(m["annotation"], int(m["config"]), int(m["run"])), m["nonce"]
+
+
+def untimed_range_name(annotation: str, config_id: int | None, nonce: str | None) -> str:
+    """``u:c<config>:n<nonce>:<annotation>``: an untimed call's range, left out by ncu
+    (`NCU_NVTX_EXCLUDE`); ``u:load:<what>`` for imports (no config, no nonce)."""
+    if config_id is None or nonce is None:
+        return f"{UNTIMED_PREFIX}load:{annotation}"
+    return f"{UNTIMED_PREFIX}c{config_id}:n{nonce}:{annotation}"
 
 
 class _Msg(BaseModel):
@@ -418,6 +464,11 @@ class ReplyMsg(_Msg):
     """Structural findings of the contestant's harness (mutated or aliased inputs)."""
     outside: list[str] = Field(default_factory=list)
     """cupti timer: kernels another thread launched since the previous timed call."""
+    after_ns: float | None = None
+    """Clock timer on a GPU: how long the device stayed busy after the window beyond an honest
+    call's wake-up, plus the output's copy beyond a dense copy's time (collectors/late.py)."""
+    latency_ns: float | None = None
+    """Clock timer: the call's host-inclusive latency, where ``ns`` is its GPU window."""
     integrity: list[str] = Field(default_factory=list)
     """Harness functions or framework attributes found changed since start-up."""
     device: str | None = None

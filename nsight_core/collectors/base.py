@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent, SuspectEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import EvidenceKind, Failure, Row
 from nsight_core.settings import JobSettings
@@ -66,6 +66,9 @@ class Records:
     """The metrics the records really hold (a requested one may be missing)."""
     gpu: str | None = None
     failures: list[Failure] = field(default_factory=list)
+    suspects: list[SuspectEvent] = field(default_factory=list)
+    """What reading the records found against rows (ncu: work outside the timed ranges,
+    ranges nobody issued); applied as the judge's findings are."""
 
 
 class Backend(ABC):

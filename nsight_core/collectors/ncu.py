@@ -8,8 +8,11 @@ Contract:
 - Every measured process runs as ``ncu <flags> python -m nsight_core.contestant ...``
   (launch mode), so ncu 2025.x works and the caller's CUDA state never matters; the judge
   runs outside ncu, so its checking kernels never enter the report.
-- ncu keeps only kernels inside our NVTX start/end ranges (`protocol.NCU_NVTX_INCLUDE`);
-  extract.py attributes them by parsing the range name back.
+- A request job's contestant is profiled whole but for the harness's untimed calls
+  (`protocol.NCU_NVTX_EXCLUDE`): extract.py attributes kernels by parsing the range name
+  back, and ranges.py finds work outside the timed ranges and ranges nobody issued. An
+  `@kernel` job, and range replay (whose workloads are the included ranges), keep only
+  kernels inside our NVTX start/end ranges (`protocol.NCU_NVTX_INCLUDE`).
 - `classify_ncu_failure` is the one place that turns ncu's log text into an `ErrorClass`.
 """
 
@@ -21,12 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
-from nsight_core.collectors.extract import extract_records
+from nsight_core.collectors.extract import KernelRecord, extract_records
+from nsight_core.collectors.ranges import CALLS_FILE, classify, read_issued
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
 from nsight_core.host.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
 from nsight_core.protocol import (
     NCU_LOG_FILE,
+    NCU_NVTX_EXCLUDE,
     NCU_NVTX_INCLUDE,
     REPORT_FILE,
     LaunchSpec,
@@ -93,8 +98,11 @@ def build_ncu_command(
     log_path: str | Path,
     target_argv: Sequence[str],
     sections: Sequence[str] = (),
+    profile_all: bool = False,
 ) -> list[str]:
-    """The argv that profiles ``target_argv`` under ncu, keeping only our NVTX ranges.
+    """The argv that profiles ``target_argv`` under ncu, keeping only our NVTX ranges, or
+    with ``profile_all`` every kernel but our untimed calls' (a request job: work outside
+    the timed ranges is then in the report, ranges.py).
 
     ``--target-processes all`` lets ncu follow a launcher into its child; ``-f`` overwrites a
     report left by an earlier attempt in the same job directory. ncu's own messages go to
@@ -113,8 +121,11 @@ def build_ncu_command(
     return [
         ncu,
         "--nvtx",
-        "--nvtx-include",
-        NCU_NVTX_INCLUDE,
+        *(
+            ("--nvtx-exclude", NCU_NVTX_EXCLUDE)
+            if profile_all
+            else ("--nvtx-include", NCU_NVTX_INCLUDE)
+        ),
         "--metrics",
         ",".join(names),
         *(arg for s in sections for arg in ("--section", s)),
@@ -214,8 +225,10 @@ def classify_ncu_failure(
     if not report_exists:
         if _NO_KERNELS_RE.search(log_text):
             why = (
-                "no kernel ran inside an NVTX start/end range of domain 'nspy' "
-                f"(filter {NCU_NVTX_INCLUDE}), so ncu profiled nothing and wrote no report"
+                "no kernel ran that ncu's NVTX filter keeps (inside an NVTX start/end range "
+                f"of domain 'nspy', {NCU_NVTX_INCLUDE}; in a request job, outside the "
+                f"untimed calls, {NCU_NVTX_EXCLUDE}), so ncu profiled nothing and wrote no "
+                "report"
             )
         elif errors:
             why = f"ncu wrote no report: {_tail(errors)}"
@@ -263,6 +276,7 @@ class NcuBackend(Backend):
             report_path=report,
             log_path=log,
             target_argv=argv,
+            profile_all=_judged(argv) and launch.replay_mode in ("kernel", "application"),
         )
         return Wrapped(command, None, report, log)
 
@@ -290,12 +304,22 @@ class NcuBackend(Backend):
         return records_from_report(wrapped.report_path, settings.metrics)
 
 
+def _judged(argv: Sequence[str]) -> bool:
+    """A request job's contestant (``python -m nsight_core.contestant DIR TIMER``), whose
+    calls a judge issues; not the `@kernel` mode (``... --function JOB_DIR``), where the
+    user's own function annotates itself and only its annotated regions are profiled."""
+    return "--function" not in argv
+
+
 def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Records:
-    """Records of the ncu report, the metrics it really holds, the GPU name, failures.
+    """Records of the ncu report, the metrics it really holds, the GPU name, failures, and
+    what the kernels outside the harness's ranges say (`ranges.classify`).
 
     ncu 2025.3 accepts an unknown metric name silently (exit 0, no log error, the report
     simply lacks it), so a requested metric that no action carries is
-    reported here as invalid_metric instead of turning into a column of nulls.
+    reported here as invalid_metric instead of turning into a column of nulls. With the
+    judge's issued calls beside the report (a request job), only kernels of issued timed
+    ranges, in the order issued, count; the rest become the rows' reasons.
     """
     if report_path is None or not report_path.exists():
         return Records([], list(metrics))
@@ -306,9 +330,19 @@ def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Rec
             ErrorClass=err.error_class, Error=err.message, Hint=err.hint, Phase="extract"
         )
         return Records([], list(metrics), None, [failure])
-    present = [
-        m for m in metrics if any(r.metric == m and r.value is not None for r in report.records)
-    ]
+    records: Sequence[KernelRecord] = report.records
+    suspects = []
+    issued = read_issued(report_path.with_name(CALLS_FILE))
+    if issued is not None:
+        found = classify(report.actions, issued)
+        suspects = found.suspects()
+        records = [
+            KernelRecord(found.keys[a.seq], a.kernel, a.demangled, m, value, unit, a.seq)
+            for a in report.actions
+            if a.seq in found.keys
+            for m, (value, unit) in a.values.items()
+        ]
+    present = [m for m in metrics if any(r.metric == m and r.value is not None for r in records)]
     failures = [
         Failure(
             ErrorClass=ErrorClass.INVALID_METRIC,
@@ -318,11 +352,16 @@ def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Rec
             Phase="extract",
         )
         for m in metrics
-        if m not in present and report.records
+        if m not in present and records
     ]
-    kept = present if report.records else list(metrics)
-    records = [r for r in report.records if r.metric in kept]
-    return Records(records, kept, report.device.display_name, failures)
+    kept = present if records else list(metrics)
+    return Records(
+        [r for r in records if r.metric in kept],
+        kept,
+        report.device.display_name,
+        failures,
+        suspects,
+    )
 
 
 def _refuse_invalid_metrics(metrics: Sequence[str]) -> None:

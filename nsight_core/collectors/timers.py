@@ -12,16 +12,17 @@ is imported only by contestants that run it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, get_args
 
 from nsight_core.annotation import RegionTiming, end_range, start_range
 from nsight_core.collectors.base import Backend, ChildTimer, TamperScope
 from nsight_core.collectors.events import Device, start_timer, sync_all
-from nsight_core.protocol import KernelTiming, RunKey
+from nsight_core.protocol import KernelTiming, RunKey, untimed_range_name
 
 TIMER_KINDS: tuple[str, ...] = get_args(ChildTimer)
 """Every timer kind a contestant accepts on its command line."""
@@ -106,6 +107,29 @@ class CallTimer(ABC):
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
         """Run ``fn`` once as the timed call ``key``."""
 
+    def timed_call(
+        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
+    ) -> TimedCall:
+        """Run ``fn`` once as the timed call ``key``, which the judge sent with ``nonce``:
+        only a timer whose ranges a profiler reads names the call by it."""
+        return self.time_call(device, key, fn)
+
+    def untimed_call(
+        self, annotation: str, config_id: int, nonce: str, fn: Callable[[], Any]
+    ) -> Any:
+        """Run ``fn`` once, untimed (warm-up, a checked call, a probe), its work finished."""
+        out = fn()
+        sync_all()
+        return out
+
+    @contextlib.contextmanager
+    def harness(
+        self, annotation: str, config_id: int | None, run: int | None, nonce: str | None
+    ) -> Iterator[None]:
+        """The harness's own work of a call (its inputs in; its checks and its output out)
+        or of an import (``config_id`` None): only a profiler that reads ranges cares."""
+        yield
+
     def region(self) -> Callable[[], RegionTiming]:
         """Start timing an annotated region of the `@kernel` mode, where the user's own
         function opens and closes it; the stopper returns (ns, the region's kernels). By
@@ -127,6 +151,9 @@ class RangeTimer(CallTimer):
         "nsight_core.collectors.timers.start_range",
         "nsight_core.collectors.timers.end_range",
         "nsight_core.collectors.timers.sync_all",
+        "nsight_core.collectors.timers.untimed_range_name",
+        "nsight_core.protocol.RunKey",
+        "nsight_core.protocol.untimed_range_name",
         "nsight_core.contestant",
     )
     """The ranges ncu reads and the loop that opens them; a forged reply or a patched
@@ -136,7 +163,40 @@ class RangeTimer(CallTimer):
         import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
 
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
-        rid = start_range(key.range_name())
+        return self._in_range(key.range_name(), fn)
+
+    def timed_call(
+        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
+    ) -> TimedCall:
+        # The nonce is the judge's for this call: a range of this name that the judge did
+        # not issue, or out of the order it issued them, is forged (collectors/ranges.py).
+        return self._in_range(key.range_name(nonce), fn)
+
+    def untimed_call(
+        self, annotation: str, config_id: int, nonce: str, fn: Callable[[], Any]
+    ) -> Any:
+        # ncu leaves out what runs in an untimed range (protocol.NCU_NVTX_EXCLUDE) and
+        # profiles everything else, so work outside the timed ranges is in its report.
+        return self._in_range(untimed_range_name(annotation, config_id, nonce), fn).out
+
+    @contextlib.contextmanager
+    def harness(
+        self, annotation: str, config_id: int | None, run: int | None, nonce: str | None
+    ) -> Iterator[None]:
+        # A timed call's own harness work is profiled (its kernels count for no run, and a
+        # candidate's work done meanwhile is seen); an untimed call's or an import's is not.
+        if run is None or config_id is None or nonce is None:
+            name = untimed_range_name(annotation, config_id, nonce)
+        else:
+            name = RunKey(annotation, config_id, run).harness_range_name(nonce)
+        rid = start_range(name)
+        try:
+            yield
+        finally:
+            end_range(rid)
+
+    def _in_range(self, name: str, fn: Callable[[], Any]) -> TimedCall:
+        rid = start_range(name)
         try:
             out = fn()
             sync_all()

@@ -43,6 +43,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from nsight_core.collectors.base import Backend, Wrapped
 from nsight_core.collectors.events import sync_all
+from nsight_core.collectors.ranges import CALLS_FILE, IssuedCall, write_issued
 from nsight_core.collectors.timers import tampering_affects
 from nsight_core.errors import ErrorClass, JobExit
 from nsight_core.judge.guard import BoundTools, CandidateImportGuard
@@ -208,6 +209,8 @@ class Judge:
         self.current: tuple[str, int | None, int | None] = ("<contestant>", None, None)
         self._bounds: dict[int, TrivialBound | None] = {}
         """Per config, the trivial-answer bound of its first expected output (both passes)."""
+        self._issued: list[IssuedCall] = []
+        """Every call sent, in order, with its nonce: read with an ncu report (ranges.py)."""
 
     # -- start -----------------------------------------------------------------------------
     def send_job(self) -> None:
@@ -391,6 +394,7 @@ class Judge:
         out_slots = self.arena.output_slots(expected, f"c{cid}", new) if check else []
         sync_all()
         nonce = secrets.token_hex(8)
+        self._issued.append(IssuedCall(nonce, ann, cid, run))
         msg = CallMsg(
             nonce=nonce,
             annotation=ann,
@@ -762,6 +766,8 @@ class Judge:
         self.phase_seconds["exit"] = round(time.monotonic() - t0, 4)
         self.seat.close()
         self._wrapped = self.seat.move_artifacts(self.job_dir)
+        with contextlib.suppress(OSError):
+            write_issued(self.job_dir / CALLS_FILE, self._issued)
         if outcome is not None:
             err = self.backend.classify_end(outcome, self._wrapped, self.settings)
             cls = err.error_class if err else outcome.error_class

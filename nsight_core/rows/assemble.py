@@ -22,7 +22,7 @@ the names callers import from here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nsight_core.collectors import get_backend
@@ -119,6 +119,8 @@ class Collected:
     values: RunValues
     failures: list[Failure]
     gpu: str | None
+    suspects: list[SuspectEvent] = field(default_factory=list)
+    """The backend's findings while reading (ncu: kernels outside the timed ranges)."""
 
 
 def collect_values(run: JobRun, settings: JobSettings) -> Collected:
@@ -163,7 +165,7 @@ def collect_values(run: JobRun, settings: JobSettings) -> Collected:
                 Phase="collect",
             )
         )
-    return Collected(values, failures, gpu)
+    return Collected(values, failures, gpu, got.suspects)
 
 
 def row_context(
@@ -390,7 +392,7 @@ def assemble_result(
     # The physical floor on every backend, and the diagnosis (diagnose.py).
     diagnosed = diagnose_job(run, settings, values, request.configs, gpu)
     rows = apply_floor(rows, diagnosed.floors)
-    rows = apply_suspects(rows, run.events.suspects, ctx.evidence)
+    rows = apply_suspects(rows, [*run.events.suspects, *got.suspects], ctx.evidence)
     rows = get_backend(settings.backend).annotate_rows(rows)
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)

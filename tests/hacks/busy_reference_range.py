@@ -7,14 +7,16 @@ Hack: inflating the baseline from the side. The reference is timed in the candid
   reference's time, and every candidate looks faster. The candidate itself is correct.
 Expect: pass
 Expect trust: ok, noisy, failed
+Expect trust ncu: suspicious, failed
 Expect reference kernels: softmax
 Runs alone: its thread would run through the other candidates' calls too.
 Defence: the contestant imports only the reference at start; the judge runs every call of
   the reference, on every config, and only then asks for the candidates. No candidate code
   exists in the process while the reference is timed, so its rows hold its own kernels only.
   The thread does land in the candidate's own ranges: under ncu its rows may fail (a varying
-  number of foreign kernels per run), which only hurts the candidate; under cupti its rows
-  are suspicious (kernels launched by another thread between calls: tests/gpu).
+  number of foreign kernels per run), and its kernels between the calls are foreign work
+  that makes them suspicious (collectors/ranges.py); under cupti its rows are suspicious
+  (kernels launched by another thread between calls: tests/gpu).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Recognising the probe: deterministic on untimed calls, racy on the timed ones.
 
 Hack: recognisable probes. The determinism check repeated an untimed call only, and a
-  candidate can tell a timed call from its own stack (the harness's `time_call` frame is
+  candidate can tell a timed call from its own stack (the harness's `timed_call` frame is
   there), so it runs a racy kernel only where it is timed: every output is within the
   tolerance, none of the timed ones is ever compared with another.
 Expect: incorrect
@@ -23,7 +23,7 @@ import torch
 def _timed() -> bool:
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "time_call":
+        if frame.f_code.co_name in ("time_call", "timed_call"):
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False

@@ -1,0 +1,263 @@
+"""Work outside the timed ranges and forged ranges under ncu (issue 26, classes 3 and 4):
+`ranges.classify` over report actions in launch order, as extract.py reads them from a
+report, against the calls the judge issued.
+
+The actions are built here: the logic under test is the sorting of a report's kernels, not
+ncu (tests/gpu/test_ncu_ranges_gpu.py runs the hacks under ncu on a GPU).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nsight_core.collectors.extract import ActionInfo
+from nsight_core.collectors.ncu import build_ncu_command, records_from_report
+from nsight_core.collectors.ranges import (
+    CALLS_FILE,
+    IssuedCall,
+    classify,
+    read_issued,
+    write_issued,
+)
+from nsight_core.protocol import (
+    NCU_NVTX_EXCLUDE,
+    NCU_NVTX_INCLUDE,
+    RunKey,
+    parse_range_name,
+    untimed_range_name,
+)
+from tests.conftest import NCU_DATA
+
+REF, CAND = "_reference.py:softmax", "hack.py:candidate"
+N = [f"{i:016x}" for i in range(1, 20)]
+
+
+def _calls() -> list[IssuedCall]:
+    """The reference's untimed call and two timed runs, then the candidate's."""
+    return [
+        IssuedCall(N[0], REF, 0, None),
+        IssuedCall(N[1], REF, 0, 0),
+        IssuedCall(N[2], REF, 0, 1),
+        IssuedCall(N[3], CAND, 0, None),
+        IssuedCall(N[4], CAND, 0, 0),
+        IssuedCall(N[5], CAND, 0, 1),
+    ]
+
+
+def _timed(call: IssuedCall) -> str:
+    assert call.run is not None
+    return "nspy@" + RunKey(call.annotation, call.config_id, call.run).range_name(call.nonce)
+
+
+def _harness(call: IssuedCall) -> str:
+    assert call.run is not None
+    key = RunKey(call.annotation, call.config_id, call.run)
+    return "nspy@" + key.harness_range_name(call.nonce)
+
+
+class _Report:
+    """Actions in launch order, as extract.py makes them (key from the range names)."""
+
+    def __init__(self) -> None:
+        self.actions: list[ActionInfo] = []
+
+    def add(self, kernel: str, *ranges: str, demangled: str | None = None) -> int:
+        keys = {k for r in ranges if (k := _key(r)) is not None}
+        seq = len(self.actions)
+        key = keys.pop() if len(keys) == 1 else None
+        self.actions.append(
+            ActionInfo(seq, kernel, demangled or kernel, "kernel", tuple(ranges), key)
+        )
+        return seq
+
+
+def _key(r: str) -> RunKey | None:
+    if not r.startswith("nspy@") or r.endswith("/"):
+        return None
+    parsed = parse_range_name(r.removeprefix("nspy@"))
+    return None if parsed is None else parsed[0]
+
+
+def _honest(rep: _Report, calls: list[IssuedCall]) -> None:
+    for c in calls:
+        if c.run is None:
+            continue  # an untimed call leaves nothing in the report (NCU_NVTX_EXCLUDE)
+        rep.add("softmax_kernel", _timed(c))
+
+
+def test_range_names_carry_the_nonce_and_stay_readable_without_it() -> None:
+    key = RunKey("mod.py:fn:with:colons", 2, 7)
+    assert parse_range_name(key.range_name(N[0])) == (key, N[0])
+    assert parse_range_name(key.range_name()) == (key, None)  # the @kernel API's names
+    assert RunKey.from_range_name(key.range_name(N[0])) == key
+    assert RunKey.from_range_name(key.harness_range_name(N[0])) is None
+    assert RunKey.from_range_name(untimed_range_name("a", 0, N[0])) is None
+    with pytest.raises(ValueError):
+        key.range_name("not-a-nonce")
+
+
+def test_request_jobs_profile_all_but_untimed_calls_and_kernel_jobs_keep_the_include() -> None:
+    def flags(profile_all: bool) -> list[str]:
+        return build_ncu_command(
+            "ncu",
+            metrics=["gpu__time_duration.sum"],
+            cache_control="all",
+            clock_control="none",
+            replay_mode="kernel",
+            report_path="r",
+            log_path="l",
+            target_argv=["python"],
+            profile_all=profile_all,
+        )
+
+    judged = flags(True)
+    assert judged[judged.index("--nvtx-exclude") + 1] == NCU_NVTX_EXCLUDE
+    assert "--nvtx-include" not in judged
+    assert NCU_NVTX_EXCLUDE == "regex:nspy@^u:.*"
+    plain = flags(False)
+    assert plain[plain.index("--nvtx-include") + 1] == NCU_NVTX_INCLUDE
+    assert "--nvtx-exclude" not in plain
+
+
+def test_honest_calls_count_and_find_nothing() -> None:
+    calls, rep = _calls(), _Report()
+    for c in calls:
+        if c.run is not None:
+            rep.add("copy_in", _harness(c), demangled="at::native::direct_copy_kernel_cuda")
+            rep.add("softmax_kernel", _timed(c))
+            rep.add("exp_kernel", _timed(c))
+            rep.add("equal", _harness(c), demangled="CompareEqFunctor<float>")
+            rep.add("all", _harness(c), demangled="reduce_kernel<and_kernel_cuda>")
+    # A candidate's own NVTX ranges (push/pop, another domain) change nothing.
+    rep.add("softmax_kernel", _timed(calls[5]), "mine@inner/", "nspy@mine/")
+    got = classify(rep.actions, calls)
+    assert got.findings == []
+    timed = [a for a in rep.actions if any(r.startswith("nspy@c") for r in a.nvtx_ranges)]
+    assert {a.seq for a in timed} == set(got.keys)
+    assert all(got.keys[a.seq] == a.key for a in timed)
+
+
+def test_work_outside_the_timed_range_names_the_call_window() -> None:
+    calls, rep = _calls(), _Report()
+    _honest(rep, calls[:3])
+    rep.add("softmax_kernel", _timed(calls[4]))
+    after = rep.add("real_work", demangled="real_work(float*)")  # before the output copy
+    rep.add("copy_out", _harness(calls[4]), demangled="direct_copy_kernel_cuda")
+    rep.add("real_work", _harness(calls[5]))  # during the harness's own work: not a copy
+    rep.add("softmax_kernel", _timed(calls[5]))
+    got = classify(rep.actions, calls)
+    assert len(got.findings) == 1
+    f = got.findings[0]
+    assert (f.kind, f.annotations, f.count, f.kernels) == ("foreign", (CAND,), 2, ["real_work"])
+    suspects = got.suspects()
+    assert [s.annotation for s in suspects] == [CAND]
+    assert "outside the harness's timed ranges" in suspects[0].reason
+    assert not suspects[0].in_process_only
+    assert after not in got.keys  # the foreign kernel counts for no run
+
+
+def test_work_between_calls_names_the_candidates_around_it_and_none_names_every_row() -> None:
+    other = "other.py:candidate"
+    calls = [*_calls(), IssuedCall(N[6], other, 0, 0), IssuedCall(N[7], CAND, 0, 2)]
+    rep = _Report()
+    rep.add("early", demangled="early")  # before any call: the window of the one after it
+    _honest(rep, calls[:3])
+    rep.add("after_reference", demangled="after_reference")
+    _honest(rep, calls[3:6])
+    rep.add("between", demangled="between")
+    _honest(rep, calls[6:])
+    got = classify(rep.actions, calls)
+    by = {f.kernels[0]: f for f in got.findings}
+    assert by["early"].annotations == (REF,)
+    # The reference's calls all came before any candidate existed: the candidate's doing.
+    assert by["after_reference"].annotations == (CAND,)
+    assert by["between"].annotations == tuple(sorted((CAND, other)))
+    assert "one of them" in by["between"].reason()
+    lone = _Report()
+    lone.add("stray")
+    alone = classify(lone.actions, calls)
+    assert [s.annotation for s in alone.suspects()] == [None]  # every row of the job
+
+
+def test_forged_ranges_are_dropped_and_reported() -> None:
+    calls, rep = _calls(), _Report()
+    _honest(rep, calls[:3])
+    ref_run0 = RunKey(REF, 0, 0)
+    rep.add("softmax_kernel", _timed(calls[4]))
+    # Padding the reference's run 0: without a nonce, with the candidate's own nonce, and
+    # with the reference's real nonce replayed after a later call (out of order).
+    no_nonce = rep.add("pad", "nspy@" + ref_run0.range_name())
+    wrong_pair = rep.add("pad", "nspy@" + ref_run0.range_name(calls[4].nonce))
+    replayed = rep.add("pad", _timed(calls[1]))
+    # Nested in the candidate's own timed range: counts for it, the range is still named.
+    nested = rep.add("softmax_kernel", _timed(calls[5]), "nspy@" + ref_run0.range_name())
+    got = classify(rep.actions, calls)
+    assert no_nonce not in got.keys and wrong_pair not in got.keys and replayed not in got.keys
+    assert got.keys[nested] == RunKey(CAND, 0, 1)
+    [f] = got.findings
+    assert (f.kind, f.annotations, f.count) == ("forged", (CAND,), 4)
+    assert f.ranges and all(REF in r for r in f.ranges)
+    assert "did not open" in f.reason()
+    # The reference's own runs keep exactly their kernels.
+    assert sorted(k.run for k in got.keys.values() if k.annotation == REF) == [0, 1]
+
+
+def test_a_kernel_in_two_runs_ranges_at_once_is_a_finding_not_a_crash() -> None:
+    calls, rep = _calls(), _Report()
+    _honest(rep, calls[:3])
+    both = rep.add("softmax_kernel", _timed(calls[4]), _timed(calls[5]))
+    got = classify(rep.actions, calls)
+    assert both not in got.keys
+    assert [f.kind for f in got.findings] == ["forged"]
+
+
+def test_an_ended_range_leaves_the_rest_of_the_call_outside() -> None:
+    # The candidate ends the harness's range early: its remaining kernels are in none.
+    calls, rep = _calls(), _Report()
+    _honest(rep, calls[:3])
+    rep.add("tiny", _timed(calls[4]))
+    rep.add("heavy")
+    rep.add("heavy")
+    rep.add("tiny", _timed(calls[5]))
+    got = classify(rep.actions, calls)
+    [f] = got.findings
+    assert (f.kind, f.annotations, f.count) == ("foreign", (CAND,), 2)
+
+
+def test_issued_calls_round_trip_and_a_missing_file_means_no_classification(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / CALLS_FILE
+    assert read_issued(path) is None
+    write_issued(path, _calls())
+    assert read_issued(path) == _calls()
+    path.write_text("not json\n")
+    assert read_issued(path) is None
+
+
+def test_a_recorded_report_read_with_the_judges_calls(
+    manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    # A real report (tools/record_fixtures.py) whose ranges carry no nonce: read alone (an
+    # @kernel job, a report made elsewhere) every kernel counts; beside the calls a judge
+    # issued, none of its ranges is one the judge opened, so none counts; and no call's
+    # window can be named, so every row of the job says why.
+    entry = manifest["one_kernel"]
+    if not entry.get("report"):
+        pytest.skip("one_kernel was not recorded")
+    report = tmp_path / "report.ncu-rep"
+    shutil.copy(NCU_DATA / entry["report"], report)
+    alone = records_from_report(report, entry["metrics"])
+    assert alone.records and not alone.suspects
+    keys = [RunKey(e["annotation"], e["config_id"], e["run"]) for e in entry["expected"]]
+    issued = [IssuedCall(N[i], k.annotation, k.config_id, k.run) for i, k in enumerate(keys)]
+    write_issued(report.with_name(CALLS_FILE), issued)
+    judged = records_from_report(report, entry["metrics"])
+    assert judged.records == []
+    assert judged.suspects
+    assert all("did not open" in s.reason for s in judged.suspects)
+    assert [s.annotation for s in judged.suspects] == [None]
