@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
-from nsight_core.collectors.extract import KernelRecord, extract_records
-from nsight_core.collectors.ranges import CALLS_FILE, classify, read_issued
+from nsight_core.collectors.extract import extract_records
+from nsight_core.collectors.ranges import counted_records
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
 from nsight_core.host.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
@@ -330,18 +330,8 @@ def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Rec
             ErrorClass=err.error_class, Error=err.message, Hint=err.hint, Phase="extract"
         )
         return Records([], list(metrics), None, [failure])
-    records: Sequence[KernelRecord] = report.records
-    suspects = []
-    issued = read_issued(report_path.with_name(CALLS_FILE))
-    if issued is not None:
-        found = classify(report.actions, issued)
-        suspects = found.suspects()
-        records = [
-            KernelRecord(found.keys[a.seq], a.kernel, a.demangled, m, value, unit, a.seq)
-            for a in report.actions
-            if a.seq in found.keys
-            for m, (value, unit) in a.values.items()
-        ]
+    records, found = counted_records(report, report_path)
+    suspects = found.suspects() if found is not None else []
     present = [m for m in metrics if any(r.metric == m and r.value is not None for r in records)]
     failures = [
         Failure(

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from nsight_core.collectors.extract import ActionInfo
+from nsight_core.collectors.extract import ActionInfo, ExtractedReport, KernelRecord
 from nsight_core.protocol import (
     HARNESS_PREFIX,
     NVTX_DOMAIN,
@@ -50,6 +50,7 @@ __all__ = [
     "Finding",
     "IssuedCall",
     "classify",
+    "counted_records",
     "read_issued",
     "write_issued",
 ]
@@ -283,3 +284,22 @@ def _findings(
             if name not in f.ranges and len(f.ranges) < _EXAMPLES:
                 f.ranges.append(name)
     return list(found.values())
+
+
+def counted_records(
+    report: ExtractedReport, report_path: Path
+) -> tuple[list[KernelRecord], Classified | None]:
+    """The records that count, and what else was found: with the judge's issued calls
+    beside the report (a request job), only kernels of issued timed ranges in issue order;
+    without them (an `@kernel` job, a report made elsewhere), every record as extracted."""
+    issued = read_issued(report_path.with_name(CALLS_FILE))
+    if issued is None:
+        return list(report.records), None
+    found = classify(report.actions, issued)
+    records = [
+        KernelRecord(found.keys[a.seq], a.kernel, a.demangled, m, value, unit, a.seq)
+        for a in report.actions
+        if a.seq in found.keys
+        for m, (value, unit) in a.values.items()
+    ]
+    return records, found

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core.collectors.extract import extract_records
+from nsight_core.collectors.ranges import counted_records
 from nsight_core.errors import NsightCoreError
 from nsight_core.protocol import FloorEvent, RunKey
 from nsight_core.results import BoundKind, Diagnosis, RuleFinding
@@ -96,14 +97,16 @@ def read_diagnose_inputs(
 ) -> dict[tuple[str, int], GroupInputs]:
     """Per (annotation, config): each run's folded speed-of-light values and ncu's rules.
 
-    Kernels dropped by the ignore globs are dropped here too, so the diagnosis describes
-    the same kernels as the rows.
+    Kernels dropped by the ignore globs, and those of ranges the judge did not issue
+    (collectors/ranges.py), are dropped here too, so the diagnosis describes the same
+    kernels as the rows.
     """
     report = extract_records(report_path, DIAGNOSE_METRICS)
+    records, _ = counted_records(report, report_path)  # the kernels the rows count
     rules = read_rules(report_path)
     per_run: dict[RunKey, dict[int, dict[str, float | None]]] = {}
     names: dict[RunKey, dict[int, str]] = {}
-    for rec in report.records:
+    for rec in records:
         if any(fnmatch.fnmatchcase(rec.kernel, p) for p in ignore):
             continue
         per_run.setdefault(rec.key, {}).setdefault(rec.seq, {})[rec.metric] = rec.value
