@@ -51,6 +51,10 @@ HARNESS_PREFIX = "h:"
 """Range names of the harness's own work around a timed call (inputs in, output out): ncu
 profiles it, and its kernels count for no run."""
 
+NCU_NVTX_INCLUDE_TIMED = f"regex:{NVTX_DOMAIN}@^c[0-9]+:r[0-9]+:.*"
+"""A request job under range replay, whose workloads are the included ranges: the timed
+calls' ranges only, not the harness's ``u:`` and ``h:`` ones."""
+
 NCU_NVTX_EXCLUDE = f"regex:{NVTX_DOMAIN}@^{UNTIMED_PREFIX}.*"
 """What ncu leaves out in a request job: kernels inside an untimed call's range. Everything
 else is profiled, so work outside the timed ranges is in the report (collectors/ranges.py).

@@ -10,9 +10,10 @@ Contract:
   runs outside ncu, so its checking kernels never enter the report.
 - A request job's contestant is profiled whole but for the harness's untimed calls
   (`protocol.NCU_NVTX_EXCLUDE`): extract.py attributes kernels by parsing the range name
-  back, and ranges.py finds work outside the timed ranges and ranges nobody issued. An
-  `@kernel` job, and range replay (whose workloads are the included ranges), keep only
-  kernels inside our NVTX start/end ranges (`protocol.NCU_NVTX_INCLUDE`).
+  back, and ranges.py finds work outside the timed ranges and ranges nobody issued. Under
+  range replay (whose workloads are the included ranges) it keeps the timed calls' ranges
+  alone (`protocol.NCU_NVTX_INCLUDE_TIMED`); an `@kernel` job keeps only kernels inside our
+  NVTX start/end ranges (`protocol.NCU_NVTX_INCLUDE`).
 - `classify_ncu_failure` is the one place that turns ncu's log text into an `ErrorClass`.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.extract import extract_records
@@ -33,6 +34,7 @@ from nsight_core.protocol import (
     NCU_LOG_FILE,
     NCU_NVTX_EXCLUDE,
     NCU_NVTX_INCLUDE,
+    NCU_NVTX_INCLUDE_TIMED,
     REPORT_FILE,
     LaunchSpec,
     SampleEvent,
@@ -64,6 +66,13 @@ __all__ = [
 CACHE_CONTROLS = REQUEST_CACHE_CONTROLS
 CLOCK_CONTROLS = REQUEST_CLOCK_CONTROLS
 REPLAY_MODES = ("kernel", "range", "application", "app-range")
+
+NvtxFilter = Literal["ranges", "timed", "all_but_untimed"]
+_NVTX_FLAGS: dict[str, tuple[str, str, str]] = {
+    "ranges": ("--nvtx", "--nvtx-include", NCU_NVTX_INCLUDE),
+    "timed": ("--nvtx", "--nvtx-include", NCU_NVTX_INCLUDE_TIMED),
+    "all_but_untimed": ("--nvtx", "--nvtx-exclude", NCU_NVTX_EXCLUDE),
+}
 
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 
@@ -98,11 +107,13 @@ def build_ncu_command(
     log_path: str | Path,
     target_argv: Sequence[str],
     sections: Sequence[str] = (),
-    profile_all: bool = False,
+    nvtx: NvtxFilter = "ranges",
 ) -> list[str]:
-    """The argv that profiles ``target_argv`` under ncu, keeping only our NVTX ranges, or
-    with ``profile_all`` every kernel but our untimed calls' (a request job: work outside
-    the timed ranges is then in the report, ranges.py).
+    """The argv that profiles ``target_argv`` under ncu, keeping what ``nvtx`` says: the
+    kernels inside our NVTX ranges (``"ranges"``, an `@kernel` job), inside the timed
+    calls' ranges (``"timed"``, a request job under range replay), or every kernel but our
+    untimed calls' (``"all_but_untimed"``, a request job: work outside the timed ranges is
+    then in the report, ranges.py).
 
     ``--target-processes all`` lets ncu follow a launcher into its child; ``-f`` overwrites a
     report left by an earlier attempt in the same job directory. ncu's own messages go to
@@ -120,12 +131,7 @@ def build_ncu_command(
         raise NsightCoreError(ErrorClass.INVALID_REQUEST, "no target command to profile")
     return [
         ncu,
-        "--nvtx",
-        *(
-            ("--nvtx-exclude", NCU_NVTX_EXCLUDE)
-            if profile_all
-            else ("--nvtx-include", NCU_NVTX_INCLUDE)
-        ),
+        *_NVTX_FLAGS[nvtx],
         "--metrics",
         ",".join(names),
         *(arg for s in sections for arg in ("--section", s)),
@@ -276,7 +282,7 @@ class NcuBackend(Backend):
             report_path=report,
             log_path=log,
             target_argv=argv,
-            profile_all=_judged(argv) and launch.replay_mode in ("kernel", "application"),
+            nvtx=_nvtx_filter(argv, launch.replay_mode),
         )
         return Wrapped(command, None, report, log)
 
@@ -304,11 +310,15 @@ class NcuBackend(Backend):
         return records_from_report(wrapped.report_path, settings.metrics)
 
 
-def _judged(argv: Sequence[str]) -> bool:
+def _nvtx_filter(argv: Sequence[str], replay_mode: str) -> NvtxFilter:
     """A request job's contestant (``python -m nsight_core.contestant DIR TIMER``), whose
-    calls a judge issues; not the `@kernel` mode (``... --function JOB_DIR``), where the
-    user's own function annotates itself and only its annotated regions are profiled."""
-    return "--function" not in argv
+    calls a judge issues, is profiled whole but for its untimed calls; under range replay
+    (a workload per included range) its timed ranges alone. The `@kernel` mode
+    (``... --function JOB_DIR``), where the user's own function annotates itself, keeps
+    only its annotated regions."""
+    if "--function" in argv:
+        return "ranges"
+    return "all_but_untimed" if replay_mode in ("kernel", "application") else "timed"
 
 
 def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Records:

@@ -8,6 +8,7 @@ ncu (tests/gpu/test_ncu_ranges_gpu.py runs the hacks under ncu on a GPU).
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,12 @@ from typing import Any
 import pytest
 
 from nsight_core.collectors.extract import ActionInfo
-from nsight_core.collectors.ncu import build_ncu_command, records_from_report
+from nsight_core.collectors.ncu import (
+    NvtxFilter,
+    _nvtx_filter,
+    build_ncu_command,
+    records_from_report,
+)
 from nsight_core.collectors.ranges import (
     CALLS_FILE,
     IssuedCall,
@@ -26,6 +32,7 @@ from nsight_core.collectors.ranges import (
 from nsight_core.protocol import (
     NCU_NVTX_EXCLUDE,
     NCU_NVTX_INCLUDE,
+    NCU_NVTX_INCLUDE_TIMED,
     RunKey,
     parse_range_name,
     untimed_range_name,
@@ -101,7 +108,7 @@ def test_range_names_carry_the_nonce_and_stay_readable_without_it() -> None:
 
 
 def test_request_jobs_profile_all_but_untimed_calls_and_kernel_jobs_keep_the_include() -> None:
-    def flags(profile_all: bool) -> list[str]:
+    def flags(nvtx: NvtxFilter) -> list[str]:
         return build_ncu_command(
             "ncu",
             metrics=["gpu__time_duration.sum"],
@@ -111,16 +118,36 @@ def test_request_jobs_profile_all_but_untimed_calls_and_kernel_jobs_keep_the_inc
             report_path="r",
             log_path="l",
             target_argv=["python"],
-            profile_all=profile_all,
+            nvtx=nvtx,
         )
 
-    judged = flags(True)
+    judged = flags("all_but_untimed")
     assert judged[judged.index("--nvtx-exclude") + 1] == NCU_NVTX_EXCLUDE
     assert "--nvtx-include" not in judged
     assert NCU_NVTX_EXCLUDE == "regex:nspy@^u:.*"
-    plain = flags(False)
-    assert plain[plain.index("--nvtx-include") + 1] == NCU_NVTX_INCLUDE
-    assert "--nvtx-exclude" not in plain
+    kept: list[tuple[NvtxFilter, str]] = [
+        ("ranges", NCU_NVTX_INCLUDE),
+        ("timed", NCU_NVTX_INCLUDE_TIMED),
+    ]
+    for nvtx, include in kept:
+        plain = flags(nvtx)
+        assert plain[plain.index("--nvtx-include") + 1] == include
+        assert "--nvtx-exclude" not in plain
+    # What the backend picks: a request job's contestant, under kernel or range replay; an
+    # @kernel job's (its argv names --function).
+    request = ["python", "-P", "-m", "nsight_core.contestant", "/tmp/x", "range"]
+    assert _nvtx_filter(request, "kernel") == "all_but_untimed"
+    assert _nvtx_filter(request, "application") == "all_but_untimed"
+    assert _nvtx_filter(request, "range") == "timed"
+    assert _nvtx_filter([*request[:4], "--function", "/tmp/job"], "kernel") == "ranges"
+    # The timed filter's regex keeps timed ranges and not the harness's.
+    timed = re.compile(NCU_NVTX_INCLUDE_TIMED.split("@", 1)[1])
+    assert timed.search(RunKey("a:u:b", 0, 1).range_name(N[0]))
+    assert not timed.search(RunKey("a", 0, 1).harness_range_name(N[0]))
+    assert not timed.search(untimed_range_name("a", 0, N[0]))
+    untimed = re.compile(NCU_NVTX_EXCLUDE.split("@", 1)[1])
+    assert untimed.search(untimed_range_name("a", 0, N[0]))
+    assert not untimed.search(RunKey("menu:u:fn", 0, 1).range_name(N[0]))
 
 
 def test_honest_calls_count_and_find_nothing() -> None:
