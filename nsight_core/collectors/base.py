@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from nsight_core.collectors.extract import KernelRecord
+from nsight_core.collectors.late import late_work_reason
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent, SuspectEvent
 from nsight_core.request import DEFAULT_METRIC
@@ -122,11 +123,27 @@ class Backend(ABC):
         return None
 
     def call_samples(
-        self, key: RunKey, ns: float | None, kernels: Sequence[KernelTiming], settings: JobSettings
+        self,
+        key: RunKey,
+        ns: float | None,
+        kernels: Sequence[KernelTiming],
+        settings: JobSettings,
+        *,
+        latency_ns: float | None = None,
     ) -> list[SampleEvent]:
-        """The judge's samples of one timed call from what the contestant's timer reported:
-        its in-process time as the backend's metric; none where a profiler measures."""
+        """The judge's samples of one timed call from what the contestant's timer reported
+        (its time, kernels and, where its time leaves the host out, its host-inclusive
+        latency): its in-process time as the backend's metric; none where a profiler measures."""
         return [] if ns is None else [SampleEvent.of(key, self.default_metric, ns)]
+
+    def late_work(
+        self, config_id: int, calls: Sequence[tuple[float | None, float | None]]
+    ) -> str | None:
+        """The Reason one annotation's timed calls on one config call for, each ``(time,
+        work after the window)`` as its timer reported them (`ReplyMsg.after_ns`), when the
+        work after the windows is beyond noise (collectors/late.py); the judge makes that
+        annotation's rows suspicious. None when nothing was measured or it is within noise."""
+        return late_work_reason(config_id, calls)
 
     def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
         """Notes only this backend's numbers call for (cupti: host-bound calls); the rows'

@@ -57,6 +57,7 @@ from nsight_core.collectors.timers import REPLY_PATH, CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Row
+from nsight_core.runtime.check import snapshot_inputs
 from nsight_core.settings import JobSettings
 
 BUFFER_BYTES = 4 << 20
@@ -223,12 +224,14 @@ class CuptiTimer:
     api_filter: str = ""
     """After `start`: 'launches' when only launch APIs are recorded, else why all are."""
     watch_volatile: ClassVar[frozenset[str]] = frozenset(
-        {"_kernels", "_apis", "_errors", "outside", "_harness_thread"}
+        {"_kernels", "_apis", "_errors", "outside", "_harness_thread", "snapshot"}
     )
     """Attributes each call rebinds; the integrity watch checks all the others."""
     outside: list[str] = field(default_factory=list)
     """After `time_call`: names of kernels another thread launched since the previous timed
     call ended (`launched_elsewhere`); empty when there were none."""
+    snapshot: Any = None
+    """After `time_call`: the output as the window left it (`events.output_changed`)."""
 
     def start(self) -> None:
         """Import cupti and enable kernel and launch-API activity for the whole process.
@@ -299,7 +302,11 @@ class CuptiTimer:
         """Run ``fn`` once: (its result, host-inclusive ns, its kernels in start order)."""
         t0 = self.open_window(device)
         out = fn()
-        ns, spans = self.close_window(t0)
+        snap: list[Any] = []
+        # The output as the window left it, copied before CUPTI's flush gives a thread that
+        # still writes it time to finish; the contestant compares it with the delivered one.
+        ns, spans = self.close_window(t0, lambda: snap.append(snapshot_inputs(((out,), {}))))
+        self.snapshot = snap[0] if snap else None
         return out, ns, spans
 
     def open_window(self, device: Device | None) -> int:
@@ -318,13 +325,17 @@ class CuptiTimer:
             sync_all()  # the flush kernel ends before the window opens
         return int(cupti.get_timestamp())
 
-    def close_window(self, t0: int) -> tuple[float, list[KernelSpan]]:
+    def close_window(
+        self, t0: int, at_close: Callable[[], Any] | None = None
+    ) -> tuple[float, list[KernelSpan]]:
         """End the window `open_window` started: (host-inclusive ns, its kernels in start
-        order)."""
+        order). ``at_close`` runs right after the window's end, before the records are read."""
         cupti = self._cupti
         assert cupti is not None  # open_window checked it
         sync_all()
         t1 = int(cupti.get_timestamp())
+        if at_close is not None:
+            at_close()
         cupti.activity_flush_all(FLUSH_FORCED)  # one flush a call: each costs milliseconds
         kernels, apis = self._take()
         if self._errors:
@@ -399,7 +410,8 @@ class CuptiCallTimer(CallTimer):
             KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
             for k in spans
         ]
-        return TimedCall(out, ns, kernels, self._timer.outside[:8])
+        snapshot, self._timer.snapshot = self._timer.snapshot, None
+        return TimedCall(out, ns, kernels, self._timer.outside[:8], snapshot=snapshot)
 
     def region(self) -> Callable[[], RegionTiming]:
         """The `@kernel` mode's region: its kernels from CUPTI, as a request's call (no L2
@@ -455,8 +467,15 @@ class CuptiBackend(Backend):
         return flag_host_bound(rows)  # latency far above kernel time
 
     def call_samples(
-        self, key: RunKey, ns: float | None, kernels: Sequence[KernelTiming], settings: JobSettings
+        self,
+        key: RunKey,
+        ns: float | None,
+        kernels: Sequence[KernelTiming],
+        settings: JobSettings,
+        *,
+        latency_ns: float | None = None,
     ) -> list[SampleEvent]:
+        # Its time is already host-inclusive (cupti__call_latency): latency_ns is never set.
         if ns is None:
             return []
         return call_samples(key, ns, kernels, settings.kernels.ignore)

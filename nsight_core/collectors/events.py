@@ -7,13 +7,21 @@ call's GPU work; on a CPU it is `perf_counter_ns` around the call. Inputs are ma
 the timed region by the worker. The numbers include the gaps between a call's kernels, so
 they are not ncu's `gpu__time_duration`; rows say which backend made them.
 
+A window is only worth its number if the call is done when it closes (`Device.time_checked`):
+the output is copied as the window left it and compared with what it is once the device is
+idle; on torch's CUDA device the other streams torch hands out wait for the window's start,
+and how long the device stayed busy past the window's end is measured (`WindowGuard`;
+collectors/late.py judges it).
+
 Frameworks are found through `sys.modules` (the candidate's imports), never imported here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,10 +31,25 @@ from typing import Any, ClassVar
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass
-from nsight_core.protocol import EVENTS_METRIC, LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure
+from nsight_core.runtime.check import mutated, snapshot_inputs
 from nsight_core.runtime.leaves import leaves
 from nsight_core.settings import JobSettings
+
+EVENTS_LATENCY = "events__host_latency"
+"""The events backend's second metric (on request): what a caller pays for one call, ns. On
+torch's CUDA device the host's launch path (the call's own host time) plus its GPU window:
+the stream hold keeps the two apart, so this is the latency of the call were its launches
+and its kernels not to overlap, an upper bound; on a CPU the call's time itself. Not
+measured for cupy arguments."""
+EVENTS_METRICS = (EVENTS_METRIC, EVENTS_LATENCY)
+OUTPUT_CHANGED = (
+    "output changed after the call returned: part of it was written after the timed "
+    "window closed (a stream never joined to the caller's, or a thread still writing)"
+)
+"""The finding when the output, once in the judge's slot, differs from the copy taken as
+the window closed: a call's output must be complete when it returns (`output_changed`)."""
 
 L2_FLUSH_FACTOR = 2
 """Read twice the L2 size so no line of the previous call's data survives.
@@ -108,6 +131,112 @@ def _ns_per_cycle(torch: Any, sleep: Callable[[int], None]) -> float:
         return 0.0
 
 
+POOL_SCAN = 64
+"""Streams asked of torch's pool per priority to see all of it: torch hands its pool's
+streams out round robin (32 per priority), so twice that leaves its counter where it was."""
+PRIORITY_LEVELS = 8
+"""Priorities tried (0, -1, ...); torch maps one beyond its range to the nearest, whose pool
+then brings no new stream and ends the scan."""
+COPY_MARGIN = 2.0
+"""An output's copy counts as work after the window only beyond twice a dense copy of its
+bytes: a strided output is made contiguous first, one more pass over its bytes."""
+
+
+def torch_streams(torch: Any) -> list[Any]:
+    """Every stream torch hands out without being given a handle: its default stream and
+    the pool behind ``torch.cuda.Stream()`` at each priority."""
+    seen = {torch.cuda.default_stream().cuda_stream: torch.cuda.default_stream()}
+    for priority in range(0, -PRIORITY_LEVELS, -1):
+        new = 0
+        for _ in range(POOL_SCAN):
+            s = torch.cuda.Stream(priority=priority)
+            if s.cuda_stream not in seen:
+                seen[s.cuda_stream] = s
+                new += 1
+        if not new and priority:
+            break
+    return list(seen.values())
+
+
+@dataclass
+class WindowGuard:
+    """Keeps a call's work inside its window, and measures what escapes it.
+
+    Before the window: the sleeping kernel holds the harness's stream only, so work a call
+    queues on a stream of its own would run during the hold, before the start event, and
+    be timed by nothing. So each stream torch hands out (its default stream and its pool)
+    waits for the start event: an honest call that forks a stream from the current one waits
+    there anyway, and one that does not can no longer start before the window. Streams a
+    call makes by other means (cupy's blocking streams wait for torch's legacy default
+    stream anyway; a non-blocking stream made through the driver does not) stay in reach.
+
+    After the window: the output is copied on the harness's stream (`Device.time_checked`),
+    the whole device is synchronized, and an event then recorded says how long the device
+    stayed busy after the window's end; the same synchronization on the idle device right
+    after gives the host's own wake-up, which is subtracted, and so is the copy up to
+    `COPY_MARGIN` dense copies of its bytes (beyond that, work done in the copy counts).
+    Both are bound at the first hold (the reference's first timed call, before any
+    candidate exists) and watched like the hold."""
+
+    streams: list[Any] | None = None
+    """torch's streams a candidate can get without a handle (`torch_streams`)."""
+    copy_base_ns: float = 0.0
+    copy_ns_per_byte: float = 0.0
+    """A dense device copy's cost: fixed part and per byte (timed on the flush buffer)."""
+
+    def bind(self, torch: Any, flush_buffer: Any) -> None:
+        """Find torch's streams and time a dense copy, once per process."""
+        if self.streams is not None:
+            return
+        self.streams = torch_streams(torch)
+        with contextlib.suppress(Exception):
+            self.copy_base_ns, self.copy_ns_per_byte = _copy_cost(torch, flush_buffer)
+
+    def hold_others(self, torch: Any, start: Any) -> None:
+        """Make every other known stream wait for ``start`` (no host synchronization)."""
+        current = torch.cuda.current_stream().cuda_stream
+        for s in self.streams or ():
+            if s.cuda_stream != current:
+                s.wait_event(start)
+
+    def honest_copy_ns(self, nbytes: int) -> float:
+        return self.copy_base_ns + self.copy_ns_per_byte * nbytes
+
+
+def _copy_cost(torch: Any, buf: Any) -> tuple[float, float]:
+    """(fixed ns, ns per byte) of a dense device-to-device copy, from two sizes."""
+    half = int(buf.numel()) // 2
+
+    def timed(n: int) -> float:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        best = float("inf")
+        for _ in range(3):
+            a.record()
+            buf[half : half + n].copy_(buf[:n])
+            b.record()
+            b.synchronize()
+            best = min(best, float(a.elapsed_time(b)) * 1e6)
+        return best
+
+    small, big = timed(256), timed(half)
+    per_byte = max(big - small, 0.0) / max((half - 256) * 4, 1)
+    return small, per_byte
+
+
+@dataclass
+class Checked:
+    """One timed call and what the timer saw of it."""
+
+    out: Any
+    ns: float
+    after_ns: float | None = None
+    """Work seen after the window beyond an honest call's (None: not measured here)."""
+    latency_ns: float | None = None
+    """Host-inclusive latency (`EVENTS_LATENCY`; None: not measured here)."""
+    snapshot: Any = None
+    """The output as the window left it (`output_changed`)."""
+
+
 @dataclass
 class Device:
     """Where the arguments live, and how to synchronize and time there."""
@@ -116,6 +245,8 @@ class Device:
     name: str = "cpu"
     stream_hold: StreamHold = field(default_factory=StreamHold, compare=False)
     """Its timed calls' stream hold (torch's CUDA device only)."""
+    window_guard: WindowGuard = field(default_factory=WindowGuard, compare=False)
+    """What keeps its timed calls' work inside their windows (torch's CUDA device only)."""
 
     def sync(self) -> None:
         if self.kind == "torch-cuda":
@@ -174,6 +305,97 @@ class Device:
         end.record()
         end.synchronize()
         return out, float(cupy.cuda.get_elapsed_time(start, end)) * 1e6
+
+    def time_checked(self, fn: Callable[[], Any]) -> Checked:
+        """Run ``fn`` once as a timed call; its time, and what the timer saw after the window.
+
+        The output is copied as the window left it (`Checked.snapshot`: the contestant
+        compares it with the output once that is in the judge's slot, `output_changed`).
+        On torch's CUDA device that copy is queued right behind the end event on the
+        harness's stream, and the window is guarded (`WindowGuard`).
+        """
+        if self.kind == "torch-cuda":
+            return self._time_guarded(fn)
+        if self.kind == "cupy":
+            out, ns = self.time_call(fn)
+            return Checked(out, ns, None, None, snapshot_inputs(((out,), {})))
+        before = set(threading.enumerate())
+        out, ns = self.time_call(fn)
+        t_ret = time.perf_counter_ns()
+        snap = snapshot_inputs(((out,), {}))  # before anything else touches it
+        born = [t for t in threading.enumerate() if t not in before]
+        return Checked(out, ns, _outlived(born, t_ret), ns, snap)
+
+    def _time_guarded(self, fn: Callable[[], Any]) -> Checked:
+        torch = sys.modules["torch"]
+        self.sync()
+        self.flush_l2()
+        guard = self.window_guard
+        guard.bind(torch, _FLUSH_BUFFERS.get(self.kind))
+
+        def event() -> Any:
+            return torch.cuda.Event(enable_timing=True)
+
+        start, end, copy_start, copied, idle, woke = (event() for _ in range(6))
+        held = self.stream_hold.hold(torch)
+        t0 = time.perf_counter_ns()
+        start.record()
+        guard.hold_others(torch, start)
+        t_call = time.perf_counter_ns()
+        out = fn()
+        end.record()
+        t_ret = time.perf_counter_ns()
+        self.stream_hold.launched(float(t_ret - t0), held)  # the hold covers the waits too
+        copy_start.record()
+        snap = snapshot_inputs(((out,), {}))  # the output as the window left it
+        copied.record()
+        sync_all()  # the whole device: every stream, whoever launched on it
+        idle.record()
+        idle.synchronize()
+        sync_all()  # the same wait on an idle device: the host's own wake-up
+        woke.record()
+        woke.synchronize()
+        ns = float(start.elapsed_time(end)) * 1e6
+        tail = float(end.elapsed_time(idle) - idle.elapsed_time(woke)) * 1e6
+        copy_ns = float(copy_start.elapsed_time(copied)) * 1e6
+        if guard.copy_ns_per_byte:  # the copy's honest part is the harness's, not the call's
+            copy_ns = min(copy_ns, COPY_MARGIN * guard.honest_copy_ns(_nbytes(out)))
+        return Checked(out, ns, max(tail - copy_ns, 0.0), float(t_ret - t_call) + ns, snap)
+
+
+THREAD_WAIT_S = 0.2
+"""How long the host-clock timer waits for threads a call started and left running; one
+still alive then counts as working this long after the window."""
+
+
+def _outlived(born: Sequence[threading.Thread], t_ret: int) -> float:
+    """How long after ``t_ret`` (the call's return, ns) the threads the call started ran on:
+    on a CPU the analogue of a stream never joined (0.0 when none outlived the call)."""
+    deadline = t_ret + THREAD_WAIT_S * 1e9
+    last = t_ret
+    for thread in born:
+        if thread.is_alive():
+            thread.join(max(deadline - time.perf_counter_ns(), 0.0) / 1e9)
+            last = max(last, min(time.perf_counter_ns(), int(deadline)))
+    return float(last - t_ret)
+
+
+def output_changed(snapshot: Any, out: Any) -> list[str]:
+    """`OUTPUT_CHANGED` when ``out`` differs from ``snapshot``, the copy of it taken as its
+    window closed (`Device.time_checked`); empty otherwise."""
+    if snapshot is None:
+        return []
+    return [OUTPUT_CHANGED] if mutated(snapshot, ((out,), {})) else []
+
+
+def _nbytes(out: Any) -> int:
+    """Bytes of the arrays in an output (tensors and arrays with ``nbytes``)."""
+    total = 0
+    for leaf in leaves(out):
+        n = getattr(leaf, "nbytes", None)
+        if isinstance(n, int):
+            total += n
+    return total
 
 
 def sync_all() -> None:
@@ -264,6 +486,34 @@ class EventsBackend(Backend):
     any_metric = False
     settings_apply = False
 
+    def preflight(self, settings: JobSettings) -> None:
+        """Time only, as the base says; the host-inclusive latency may be asked for too."""
+        if _asked(settings):
+            settings = dataclasses.replace(settings, metrics=(EVENTS_METRIC,))
+        super().preflight(settings)
+
+    def measures(self, settings: JobSettings) -> list[str]:
+        asked = _asked(settings)
+        return [m for m in EVENTS_METRICS if m in asked] if asked else [EVENTS_METRIC]
+
+    def call_samples(
+        self,
+        key: RunKey,
+        ns: float | None,
+        kernels: Sequence[KernelTiming],
+        settings: JobSettings,
+        *,
+        latency_ns: float | None = None,
+    ) -> list[SampleEvent]:
+        if ns is None:
+            return []
+        values = {EVENTS_METRIC: ns, EVENTS_LATENCY: latency_ns}
+        return [
+            SampleEvent.of(key, m, v)
+            for m in self.measures(settings)
+            if (v := values[m]) is not None
+        ]
+
     def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
         return Wrapped(list(argv))
 
@@ -271,6 +521,12 @@ class EventsBackend(Backend):
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
     ) -> Records:
         return records_from_samples(samples)
+
+
+def _asked(settings: JobSettings) -> set[str]:
+    """The events metrics a request names, when it names only those (else empty)."""
+    wanted = set(settings.metrics)
+    return wanted if wanted and wanted <= set(EVENTS_METRICS) else set()
 
 
 EVENTS = register(EventsBackend())

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, get_args
 
 from nsight_core.annotation import RegionTiming, end_range, start_range
 from nsight_core.collectors.base import Backend, ChildTimer, TamperScope
-from nsight_core.collectors.events import Device, start_timer, sync_all
+from nsight_core.collectors.events import Device, output_changed, start_timer, sync_all
 from nsight_core.protocol import KernelTiming, RunKey, untimed_range_name
 
 TIMER_KINDS: tuple[str, ...] = get_args(ChildTimer)
@@ -69,6 +69,17 @@ class TimedCall:
     kernels: list[KernelTiming] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
     """Kernels another thread launched since the previous timed call (cupti)."""
+    after_ns: float | None = None
+    """Work seen after the window beyond an honest call's, ns (None: not measured)."""
+    latency_ns: float | None = None
+    """The call's host-inclusive latency, ns, where the timer's own number excludes it."""
+    snapshot: Any = None
+    """An in-process timer's copy of the output as the window left it (`changed_after`)."""
+
+    def changed_after(self) -> list[str]:
+        """The finding when the output changed after its window closed (call it once the
+        output is in the judge's slot: a thread or stream still writing has had that long)."""
+        return output_changed(self.snapshot, self.out)
 
 
 class CallTimer(ABC):
@@ -223,11 +234,14 @@ class ClockTimer(CallTimer):
     """Host clock or CUDA events around the call, after the L2 flush (events.Device)."""
 
     def __init__(self) -> None:
-        self._time_call = Device.time_call  # bound before any candidate can rebind it
+        self._time_call = Device.time_checked  # bound before any candidate can rebind it
 
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
-        out, ns = self._time_call(device, fn)
-        return TimedCall(out, ns)
+        """The window, and what ran after it (`events.WindowGuard`, collectors/late.py)."""
+        got = self._time_call(device, fn)
+        return TimedCall(
+            got.out, got.ns, after_ns=got.after_ns, latency_ns=got.latency_ns, snapshot=got.snapshot
+        )
 
 
 _TIMERS: dict[str, tuple[str, str]] = {

@@ -36,7 +36,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from nsight_core.annotation import RegionTiming, RunContext, set_run_context
 from nsight_core.collectors.events import Device, detect_device, sync_all
-from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, call_timer
+from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, TimedCall, call_timer
 from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
 from nsight_core.errors import JobExit
 from nsight_core.processes.sandbox import (
@@ -253,6 +253,7 @@ class Contestant:
         ns: float | None = None
         kernels: list[KernelTiming] = []
         outside: list[str] = []
+        late = TimedCall(None)  # what the timer saw after the window (timed calls only)
         try:
             if run is None:
                 out = self.timer.untimed_call(
@@ -266,6 +267,7 @@ class Contestant:
                     lambda: fn(*args, **kwargs),
                 )
                 out, ns, kernels, outside = timed.out, timed.ns, timed.kernels, timed.outside
+                late = timed
         except Exception as exc:
             return ReplyMsg(
                 nonce=msg.nonce,
@@ -285,6 +287,7 @@ class Contestant:
             t2b = time.monotonic()
             node = self.slots.write_output(out, msg.out_slots) if msg.want_output else None
             sync_all()
+        reasons += late.changed_after()  # a thread or stream still writing has had till now
         t3 = time.monotonic()
         changes = self._new_changes()
         t4 = time.monotonic()
@@ -296,6 +299,8 @@ class Contestant:
             kernels=kernels,
             reasons=reasons,
             outside=outside,
+            after_ns=late.after_ns,
+            latency_ns=late.latency_ns,
             integrity=changes,
             device=self.device.name if self.device else None,
             host_s={

@@ -170,6 +170,8 @@ class _ConfigState:
     bound_known: bool = False
     probes: dict[str, _Probes] = field(default_factory=dict)
     """Per annotation, which of its calls repeat an earlier one's inputs (`_probe_plan`)."""
+    after: dict[str, list[tuple[float | None, float | None]]] = field(default_factory=dict)
+    """Per annotation, each timed call's (time, work after its window), for `late_work`."""
 
     def __post_init__(self) -> None:
         self.alive = set(self.anns)
@@ -564,8 +566,9 @@ class Judge:
             st.pending[ann].append(RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=True))
             key = RunKey(ann, st.cid, run)
             st.pending[ann] += self.backend.call_samples(
-                key, reply.ns, reply.kernels, self.settings
+                key, reply.ns, reply.kernels, self.settings, latency_ns=reply.latency_ns
             )
+            st.after.setdefault(ann, []).append((reply.ns, reply.after_ns))
 
     def _probe_plan(self, st: _ConfigState, ann: str) -> _Probes | None:
         """Which of ``ann``'s calls on this config repeat an earlier call's inputs, drawn
@@ -665,6 +668,10 @@ class Judge:
                     self.events.emit(err)
                 self.events.emit(self._check_event(st.cid, ann, t, err))
             if passed or ann == self.req.reference:
+                # The backend says whether work after the windows makes its times short.
+                late = self.backend.late_work(st.cid, st.after.get(ann, []))
+                if late is not None:
+                    self._suspect(ann, late, "")
                 for ev in st.pending[ann]:
                     self.events.emit(ev)
 

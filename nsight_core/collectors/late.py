@@ -1,0 +1,54 @@
+"""Work after a timed window: the rule that turns what an in-process timer saw into a Reason.
+
+An in-process timer closes its window when the call returns (events: an event on the
+harness's stream; the host clock on a CPU). A call that leaves work running past that point
+(a stream it never joins to the harness's, a thread that finishes the output, work moved
+into the output's copy) is timed short, while the harness's device-wide synchronization
+before the output is checked still makes the output right. So the events timer measures,
+per call, how long the device stayed busy after the window beyond what an honest call
+shows (`ReplyMsg.after_ns`), and the judge asks `late_work_reason` once per annotation
+and config. The reason makes that annotation's rows suspicious.
+
+The per-call number carries the host's noise (it is read after a host synchronization, less
+the same synchronization's latency on an idle device), so the rule reads the median of a
+config's timed calls: one preempted wake-up does not flag an honest candidate, a candidate
+that leaves work behind on every call is flagged.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+AFTER_FLOOR_NS = 20_000.0
+"""Flag only when the median work after the window exceeds 20 us in all: the after-window
+time is the host's wake-up after a synchronization less that of an idle device, and two
+wake-ups differ by some microseconds even on a quiet host (tests/gpu prints the numbers)."""
+AFTER_REL = 0.25
+"""... and a quarter of the median window: a long call's wake-ups vary more, and work worth
+less than this would not change a ranking."""
+
+
+def late_work_reason(
+    config_id: int, calls: Sequence[tuple[float | None, float | None]]
+) -> str | None:
+    """The Reason for one annotation's timed calls on one config, each ``(window ns, after
+    ns)``; None when the timer measured nothing after its windows or the median stays within
+    the limit."""
+    after = [a for _w, a in calls if a is not None]
+    if not after:
+        return None
+    windows = [w for w, _a in calls if w is not None]
+    med_after = statistics.median(after)
+    med_window = statistics.median(windows) if windows else 0.0
+    limit = max(AFTER_FLOOR_NS, AFTER_REL * med_window)
+    if med_after <= limit:
+        return None
+    return (
+        f"work ran after the timed window closed (config {config_id}): the device stayed "
+        f"busy a median {med_after / 1e3:.3g} us past the window's end (window median "
+        f"{med_window / 1e3:.3g} us; flagged above {AFTER_FLOOR_NS / 1e3:g} us and "
+        f"{AFTER_REL:g}x the window), so the time leaves part of the call out: a stream "
+        "never joined to the caller's, a thread still working after the call returned, or "
+        "work in the output's copy. Join every stream to the current one before returning"
+    )

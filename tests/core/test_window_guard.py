@@ -1,0 +1,167 @@
+"""A call's output is complete when its timed window closes (issue 26, class 3), and the
+events backend's host-inclusive latency (issue 27): the rule, the host-clock timer's side
+of it, and the finding through a real job on CPU."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from nsight_core.collectors import get_backend
+from nsight_core.collectors.events import (
+    EVENTS_LATENCY,
+    OUTPUT_CHANGED,
+    THREAD_WAIT_S,
+    Device,
+)
+from nsight_core.collectors.late import AFTER_FLOOR_NS, AFTER_REL, late_work_reason
+from nsight_core.collectors.timers import call_timer
+from nsight_core.errors import NsightCoreError
+from nsight_core.pipeline import run_profile_job
+from nsight_core.protocol import EVENTS_METRIC, RunKey
+from nsight_core.request import ProfileRequest
+from nsight_core.settings import JobSettings
+
+KEY = RunKey("cand", 0, 0)
+
+
+def test_work_after_the_window_is_judged_on_the_median_of_a_configs_calls() -> None:
+    floor = AFTER_FLOOR_NS
+    # An honest call's after-window time is noise around zero; one wake-up preempted by
+    # the OS does not flag a candidate, work left behind on every call does.
+    assert late_work_reason(0, [(10_000.0, 0.0), (10_000.0, 3 * floor), (10_000.0, 500.0)]) is None
+    flagged = late_work_reason(2, [(10_000.0, 2 * floor)] * 3)
+    assert flagged is not None
+    assert "config 2" in flagged and f"{2 * floor / 1e3:.3g} us" in flagged
+    # Relative to the window: a long call's wake-ups vary more.
+    window = 10 * floor / AFTER_REL
+    assert late_work_reason(0, [(window, 2 * floor)] * 3) is None
+    assert late_work_reason(0, [(window, 11 * floor)] * 3) is not None
+    # Nothing measured (ncu, cupy): nothing to say.
+    assert late_work_reason(0, [(1.0, None), (None, None)]) is None
+    assert late_work_reason(0, []) is None
+
+
+def test_the_host_clock_waits_for_threads_the_call_left_running_and_reads_the_output_back() -> None:
+    release = threading.Event()
+
+    def leaves_a_thread() -> torch.Tensor:
+        out = torch.zeros(8)
+
+        def finish() -> None:
+            release.wait(5)
+            time.sleep(0.01)
+            out.fill_(1.0)
+
+        threading.Thread(target=finish, daemon=True).start()
+        release.set()
+        return out
+
+    timed = call_timer("clock").time_call(Device("cpu"), KEY, leaves_a_thread)
+    # The thread ran on for at least its 10 ms after the call returned, and it wrote the
+    # output after the window closed.
+    assert timed.after_ns is not None and 0.01e9 <= timed.after_ns <= THREAD_WAIT_S * 1e9 + 1e8
+    assert timed.changed_after() == [OUTPUT_CHANGED]
+    assert timed.latency_ns == timed.ns
+
+    def joins_its_thread() -> torch.Tensor:
+        out = torch.zeros(8)
+        worker = threading.Thread(target=out.fill_, args=(1.0,))
+        worker.start()
+        worker.join()
+        return out
+
+    honest = call_timer("clock").time_call(Device("cpu"), KEY, joins_its_thread)
+    assert honest.after_ns == 0.0 and honest.changed_after() == []
+
+
+def _settings(metrics: list[str]) -> JobSettings:
+    request = ProfileRequest.model_validate(
+        {
+            "reference": "r",
+            "candidates": ["c"],
+            "inputs": "m",
+            "source": "",
+            "backend": "events",
+            "metrics": metrics,
+        }
+    )
+    return JobSettings.of_request(request)
+
+
+def test_events_reports_the_host_inclusive_latency_when_asked_and_time_by_default() -> None:
+    events = get_backend("events")
+    default = _settings(["gpu__time_duration.sum"])
+    events.preflight(default)
+    assert events.measures(default) == [EVENTS_METRIC]
+    samples = events.call_samples(KEY, 5.0, [], default, latency_ns=9.0)
+    assert [(s.metric, s.value) for s in samples] == [(EVENTS_METRIC, 5.0)]
+    both = _settings([EVENTS_LATENCY, EVENTS_METRIC])
+    events.preflight(both)
+    assert events.measures(both) == [EVENTS_METRIC, EVENTS_LATENCY]
+    samples = events.call_samples(KEY, 5.0, [], both, latency_ns=9.0)
+    assert [(s.metric, s.value) for s in samples] == [(EVENTS_METRIC, 5.0), (EVENTS_LATENCY, 9.0)]
+    # A timer that measured no latency (cupy arguments) leaves that metric's sample out.
+    assert [s.metric for s in events.call_samples(KEY, 5.0, [], both)] == [EVENTS_METRIC]
+    with pytest.raises(NsightCoreError) as err:
+        events.preflight(_settings([EVENTS_LATENCY, "dram__bytes.sum"]))
+    assert err.value.error_class == "invalid_request"
+
+
+REFERENCE = """
+import torch
+
+def make_inputs(n):
+    return (torch.randn(n, 64),)
+
+def ref(x):
+    return torch.softmax(x, dim=-1)
+"""
+CANDIDATES = """
+import threading
+import time
+
+import torch
+
+def lingers(x):
+    # Correct, but leaves a thread working on after the call returned.
+    threading.Thread(target=time.sleep, args=(0.05,), daemon=True).start()
+    return torch.softmax(x, dim=-1)
+
+def honest(x):
+    return torch.softmax(x, dim=-1)
+"""
+
+
+def test_a_candidate_that_leaves_work_running_after_it_returns_is_suspicious(
+    tmp_path: Path,
+) -> None:
+    request = ProfileRequest(
+        reference="ref",
+        candidates=["lingers", "honest"],
+        inputs="make_inputs",
+        source=CANDIDATES,
+        reference_source=REFERENCE,
+        configs=[{"n": 32}],
+        runs=3,
+        backend="events",
+        metrics=[EVENTS_METRIC, EVENTS_LATENCY],
+    )
+    result = run_profile_job(request, tmp_path / "job", result_id="t")
+    assert result.status == "done", result.message
+    rows = {(r.Annotation, r.Metric): r for r in result.rows}
+    assert {m for _a, m in rows} == {EVENTS_METRIC, EVENTS_LATENCY}
+    assert all(r.NumRuns == 3 for r in result.rows)
+    for metric in (EVENTS_METRIC, EVENTS_LATENCY):
+        lingers = rows[("lingers", metric)]
+        assert lingers.Trust == "suspicious"
+        assert any("work ran after the timed window closed" in x for x in lingers.Reasons)
+        for ann in ("ref", "honest"):
+            assert rows[(ann, metric)].Trust in ("ok", "noisy"), rows[(ann, metric)].Reasons
+    # On a CPU the call's latency is its time.
+    honest = rows[("honest", EVENTS_METRIC)]
+    assert rows[("honest", EVENTS_LATENCY)].RawValues == honest.RawValues
