@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nsight_core.collectors.events import EVENTS_LATENCY
 from nsight_core.pipeline import run_profile_job
 from nsight_core.protocol import EVENTS_METRIC
 from nsight_core.request import ProfileRequest
@@ -41,6 +42,11 @@ def _median(row: Row) -> float:
     return statistics.median(values) if values else float(row.AvgValue or 0.0)
 
 
+def _latency_too(backend: str) -> dict[str, list[str]]:
+    """Under events, also the host-inclusive latency (a metric asked for by name)."""
+    return {"metrics": [EVENTS_METRIC, EVENTS_LATENCY]} if backend == "events" else {}
+
+
 def _sweep(tmp_path: Path, backend: str, runs: int) -> ProfileResult:
     request = ProfileRequest.model_validate(
         {
@@ -51,6 +57,7 @@ def _sweep(tmp_path: Path, backend: str, runs: int) -> ProfileResult:
             "workdir": str(EXAMPLES),
             "backend": backend,
             "runs": runs,
+            **_latency_too(backend),
         }
     )
     result = run_profile_job(request, tmp_path / f"sweep-{backend}", result_id=backend)
@@ -72,6 +79,7 @@ def _tiny(tmp_path: Path, backend: str, runs: int) -> ProfileResult:
             "workdir": str(work),
             "backend": backend,
             "runs": runs,
+            **_latency_too(backend),
             "kernels": {"combine": "sum"},
         }
     )

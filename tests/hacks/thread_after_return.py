@@ -6,15 +6,19 @@ Hack: work outside the timed window. The candidate computes the first half of th
   while the harness checks and copies the output. On a CPU the thread first sleeps 5 ms,
   standing for work that outlasts the call. Honest twin: legit_side_thread (the same
   thread, joined).
-Expect: incorrect
+Expect: incorrect or pass
+Expect trust: suspicious
+Runs alone: its thread's work, after the call returned, would land in other candidates' calls.
 Defence: the output is copied as the window left it and compared with what it is once it
   is in the judge's slot; any difference means part of it was written after the call
   returned (incorrect). On a CPU the host-clock timer first waits for the threads the call
   started (up to 0.2 s), so the difference is there to see; their time after the return is
   work after the window too. On a GPU the thread's kernels, launched after the call
   returned, land after the window's end event (events), or are kernels another thread
-  launched between calls (cupti); if they run after the harness's copy, the judge's slot
-  holds half an output (incorrect either way).
+  launched between calls (cupti), or kernels outside the timed ranges (ncu); if they run
+  after the harness's copy, the judge's slot holds half an output. So it fails its check,
+  or passes with its rows suspicious (on a CPU it always fails: the timer waits for the
+  thread before reading the output back).
 """
 
 from __future__ import annotations
