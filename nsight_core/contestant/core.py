@@ -272,7 +272,9 @@ class Contestant:
             return ReplyMsg(
                 nonce=msg.nonce,
                 ok=False,
-                failure=failure_event(msg.annotation, phase, exc, config_id=msg.config_id, run=run),
+                failure=failure_event(
+                    msg.annotation, phase, _from_user_code(exc), config_id=msg.config_id, run=run
+                ),
                 integrity=self._new_changes(),
             )
         t2 = time.monotonic()
@@ -311,6 +313,18 @@ class Contestant:
                 "watch": t4 - t3,
             },
         )
+
+
+def _from_user_code(exc: BaseException) -> BaseException:
+    """``exc`` with its traceback starting at the first frame outside this package: the
+    harness's frames (the call loop, the timer's window) say nothing the candidate can act
+    on, and every failure's traceback is carried into the answer."""
+    tb = exc.__traceback__
+    while tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith(
+        "nsight_core."
+    ):
+        tb = tb.tb_next
+    return exc if tb is None else exc.with_traceback(tb)
 
 
 def _user_modules() -> list[Any]:
