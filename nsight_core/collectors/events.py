@@ -30,8 +30,9 @@ from typing import Any, ClassVar
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.extract import KernelRecord
-from nsight_core.errors import ErrorClass
+from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
+from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Failure
 from nsight_core.runtime.check import mutated, snapshot_inputs
 from nsight_core.runtime.leaves import leaves
@@ -490,6 +491,14 @@ class EventsBackend(Backend):
         """Time only, as the base says; the host-inclusive latency may be asked for too."""
         if _asked(settings):
             settings = dataclasses.replace(settings, metrics=(EVENTS_METRIC,))
+        elif list(settings.metrics) != [DEFAULT_METRIC]:
+            raise NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                f"backend 'events' measures {' and '.join(EVENTS_METRICS)} only; got metrics "
+                f"{list(settings.metrics)}",
+                f"leave `metrics` at its default, name {EVENTS_LATENCY} for the host-inclusive "
+                "latency too, or use a backend that reads counters (ncu)",
+            )
         super().preflight(settings)
 
     def measures(self, settings: JobSettings) -> list[str]:

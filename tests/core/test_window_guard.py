@@ -19,7 +19,8 @@ from nsight_core.collectors.events import (
     Device,
 )
 from nsight_core.collectors.late import AFTER_FLOOR_NS, AFTER_REL, late_work_reason
-from nsight_core.collectors.timers import call_timer
+from nsight_core.collectors.timers import call_timer, tampering_affects
+from nsight_core.contestant.integrity import Watch
 from nsight_core.errors import NsightCoreError
 from nsight_core.pipeline import run_profile_job
 from nsight_core.protocol import EVENTS_METRIC, RunKey
@@ -165,3 +166,28 @@ def test_a_candidate_that_leaves_work_running_after_it_returns_is_suspicious(
     # On a CPU the call's latency is its time.
     honest = rows[("honest", EVENTS_METRIC)]
     assert rows[("honest", EVENTS_LATENCY)].RawValues == honest.RawValues
+
+
+class _Harness:
+    """Stands for the contestant's harness: a device of ours, its guard bound."""
+
+    def __init__(self) -> None:
+        self.device = Device("torch-cuda", "cuda:0 (test)")
+
+
+def test_the_guards_streams_and_copy_cost_are_watched_once_bound() -> None:
+    # Bound at the reference's first timed call, before the watch starts: a candidate that
+    # empties the list of streams (its work would run during the hold again) or inflates
+    # the honest copy (work in the copy would go unseen) is named.
+    harness = _Harness()
+    guard = harness.device.window_guard
+    guard.streams, guard.copy_base_ns, guard.copy_ns_per_byte = [object()], 2_000.0, 0.01
+    watch = Watch()
+    watch.watch_state(harness)
+    assert watch.changes() == []
+    guard.streams = []
+    guard.copy_ns_per_byte = 1e9
+    found = watch.changes()
+    assert any(f.startswith("nsight_core.collectors.events.WindowGuard().streams") for f in found)
+    assert any("WindowGuard().copy_ns_per_byte" in f for f in found)
+    assert tampering_affects(get_backend("events"), found[0]) == "timer"
