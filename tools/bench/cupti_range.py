@@ -1,13 +1,14 @@
 """CUPTI's range profiler through ctypes on libcupti: ``gpu__time_duration.sum`` per range,
 measured by the same counters ncu reads, inside the process that runs the kernels.
 
-Why ctypes: cupti-python 13.0.x wraps only CUPTI's Activity and Callback APIs; from 13.2 on
-it adds ``cupti.profiler_host`` (the host half: config images, metric evaluation) and PM
-sampling, but none of them wraps the target half (``cuptiRangeProfiler*``: enable, set the
-config, start, stop, decode). libcupti itself (the nvidia-cuda-cupti wheel cupti-python
-depends on) exports both halves since CUDA 12.6, so this module declares their parameter
-structs from CUPTI 13.0's ``cupti_target.h``, ``cupti_profiler_target.h``,
-``cupti_profiler_host.h`` and ``cupti_range_profiler.h`` and calls them directly.
+Why ctypes: cupti-python 13.0.x and 13.2.0 wrap only CUPTI's Activity and Callback APIs;
+13.3 and 13.4 add ``cupti.profiler_host`` (the host half: config images, metric evaluation)
+and PM sampling, but not the target half (``cuptiRangeProfiler*``: enable, set the config,
+start, stop, decode), and they require nvidia-cuda-cupti of their own minor version.
+libcupti itself (the nvidia-cuda-cupti wheel every cupti-python depends on) exports both
+halves since CUDA 12.6, so this module declares their parameter structs from CUPTI 13.0's
+``cupti_target.h``, ``cupti_profiler_target.h``, ``cupti_profiler_host.h`` and
+``cupti_range_profiler.h`` and calls them directly.
 
 Flow (CUPTI's range profiling guide): ``cuptiProfilerInitialize``; the chip name and the
 counter availability image of the current context; a host object that turns the metric list
