@@ -19,6 +19,8 @@ gets ``--warmup`` unmeasured calls, then ``--runs`` measured calls, each after a
 - ``concurrent``: CUPTI activity, kind ``CONCURRENT_KERNEL``: each kernel record's end - start.
 - ``kernel``: CUPTI activity, kind ``KERNEL`` (kernels serialized), as the cupti backend
   records them.
+- ``backend``: the cupti backend's own timer (``CuptiTimer``: its windows, its L2 flush, its
+  launch-API records), the numbers its rows carry.
 - ``range``: CUPTI's range profiler (``cupti_range.py``: ctypes on libcupti, since
   cupti-python does not wrap it), auto ranges with kernel replay: each kernel's own
   ``gpu__time_duration.sum``, counted by the same counters ncu reads.
@@ -60,7 +62,7 @@ from nsight_core.collectors.kernel_names import kernel_name  # noqa: E402
 NCU_METRIC = "gpu__time_duration.sum"
 GOAL_PCT = 3.0
 NVTX_DOMAIN = "nspyacc"
-VARIANTS = ("ncu", "kernel", "concurrent", "range", "range-user")
+VARIANTS = ("ncu", "kernel", "backend", "concurrent", "range", "range-user")
 """In run order: ``kernel`` first compiles the Triton kernels into the shared cache."""
 ACTIVITY_KINDS = {"kernel": "KERNEL", "concurrent": "CONCURRENT_KERNEL"}
 RANGE_MODES = {"range": "auto", "range-user": "user"}

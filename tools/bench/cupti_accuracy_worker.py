@@ -118,6 +118,39 @@ class _Activity:
         self._cupti.activity_disable(self._kind)
 
 
+class _Backend:
+    """The cupti backend's own timer (nsight_core.collectors.cupti.CuptiTimer): its windows,
+    its L2 flush inside them, its launch-API records; the kernels it attributes to a call."""
+
+    def __init__(self) -> None:
+        from nsight_core.collectors.cupti import CuptiTimer  # the backend, as a contestant runs it
+
+        self._timer = CuptiTimer()
+        self._timer.start()
+        self._device: Any = None
+        self._t0 = 0
+        self._runs: list[list[tuple[str, float]]] = []
+
+    def attach(self, torch: Any) -> None:
+        from nsight_core.collectors.events import Device
+
+        self._device = Device("torch-cuda", f"cuda:0 ({torch.cuda.get_device_name(0)})")
+
+    def begin(self, case: int, run: int) -> None:
+        self._t0 = self._timer.open_window(self._device)
+
+    def end(self) -> None:
+        _ns, spans = self._timer.close_window(self._t0)
+        self._runs.append([(k.name, float(k.end_ns - k.start_ns)) for k in spans])
+
+    def finish(self) -> list[list[tuple[str, float]]]:
+        runs, self._runs = self._runs, []
+        return runs
+
+    def close(self) -> None:
+        self._timer.stop()
+
+
 class _Ranges:
     """CUPTI's range profiler (cupti_range), `NCU_METRIC` per range."""
 
@@ -146,10 +179,53 @@ class _Ranges:
         if self._dropped:
             self._notes.append(f"{self._dropped} range(s) dropped")
             self._dropped = 0
+        if self._prof.reconfigured:
+            self._notes.append(f"config set again before {self._prof.reconfigured} start(s)")
+            self._prof.reconfigured = 0
         return runs
 
     def close(self) -> None:
         self._prof.close()
+
+
+def _timer_before_cuda(variant: str) -> Any:
+    """The CUPTI activity timers, enabled before CUDA starts (as the backend's contestant
+    does), so they see every launch; None for the others."""
+    if variant in ACTIVITY_KINDS:
+        return _Activity(ACTIVITY_KINDS[variant])
+    if variant == "backend":
+        return _Backend()
+    return None
+
+
+def _timer_after_cuda(variant: str, early: Any, torch: Any, notes: list[str]) -> Any:
+    """The variant's timer once torch holds a CUDA context (NVTX, the range profiler)."""
+    if variant == "ncu":
+        return _NcuMarks()
+    if variant in RANGE_MODES:
+        return _Ranges(RANGE_MODES[variant], torch, notes)
+    if variant == "backend":
+        early.attach(torch)
+    if early is None:
+        raise ValueError(f"unknown variant {variant!r}")
+    return early
+
+
+def _measure(case: int, timer: Any, flush_l2: Callable[[], Any], runs: int, warmup: int) -> Any:
+    """One case: warm-up calls, then each measured call after an L2 flush; its runs."""
+    torch = sys.modules["torch"]
+    fn = _build(CASES[case], torch)
+    for _ in range(warmup):
+        fn()
+        torch.cuda.synchronize()
+    for r in range(runs):
+        flush_l2()
+        torch.cuda.synchronize()
+        timer.begin(case, r)
+        fn()
+        torch.cuda.synchronize()
+        timer.end()
+    return timer.finish()
 
 
 def worker(
@@ -163,20 +239,13 @@ def worker(
     def save() -> None:
         out.write_text(json.dumps(doc))
 
-    timer: Any = None
     try:
-        if variant in ACTIVITY_KINDS:  # enabled before CUDA starts, as the backend does
-            timer = _Activity(ACTIVITY_KINDS[variant])
+        early = _timer_before_cuda(variant)
         import torch  # the worker's own import; the parent never loads torch
 
         torch.zeros(1, device="cuda")
         torch.cuda.synchronize()
-        if variant == "ncu":
-            timer = _NcuMarks()
-        elif variant in RANGE_MODES:
-            timer = _Ranges(RANGE_MODES[variant], torch, doc["notes"])
-        elif timer is None:
-            raise ValueError(f"unknown variant {variant!r}")
+        timer = _timer_after_cuda(variant, early, torch, doc["notes"])
         l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20))
         buf = torch.zeros(max(l2, 1 << 20) * L2_FLUSH_FACTOR // 4, device="cuda")
         flush_l2 = buf.sum if flush == "read" else buf.zero_
@@ -186,18 +255,7 @@ def worker(
         return 0
     for i in case_ids:
         try:
-            fn = _build(CASES[i], torch)
-            for _ in range(warmup):
-                fn()
-                torch.cuda.synchronize()
-            for r in range(runs):
-                flush_l2()
-                torch.cuda.synchronize()
-                timer.begin(i, r)
-                fn()
-                torch.cuda.synchronize()
-                timer.end()
-            doc["samples"][str(i)] = timer.finish()
+            doc["samples"][str(i)] = _measure(i, timer, flush_l2, runs, warmup)
         except Exception as exc:
             doc["errors"][str(i)] = f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):

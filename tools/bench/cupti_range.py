@@ -415,7 +415,15 @@ class RangeProfiler:
         self._call("cuptiRangeProfilerGetCounterDataSize", data_size)
         self._data = (_u8 * data_size.counterDataSize)()
         self._init_data()
-        range_mode, replay = MODES[mode]
+        self.reconfigured = 0
+        """How many Starts needed the config set again first (see `start`)."""
+        self._set_config()
+
+    def _call(self, fn: str, params: Any) -> None:
+        call(self.lib, fn, params)
+
+    def _set_config(self) -> None:
+        range_mode, replay = MODES[self.mode]
         self._call(
             "cuptiRangeProfilerSetConfig",
             RangeSetConfig.make(
@@ -426,16 +434,13 @@ class RangeProfiler:
                 pCounterDataImage=ctypes.addressof(self._data),
                 range=range_mode,
                 replayMode=replay,
-                maxRangesPerPass=max_ranges,
+                maxRangesPerPass=self.max_ranges,
                 numNestingLevels=1,
                 minNestingLevel=1,
                 passIndex=0,
                 targetNestingLevel=1,
             ),
         )
-
-    def _call(self, fn: str, params: Any) -> None:
-        call(self.lib, fn, params)
 
     def _init_data(self) -> None:
         self._call(
@@ -450,7 +455,15 @@ class RangeProfiler:
     def start(self, name: str = "call") -> None:
         """Open a measured call (after the counter data image is reset)."""
         self._init_data()
-        self._call("cuptiRangeProfilerStart", RangeObjectOnly.make(pRangeProfilerObject=self._obj))
+        start = RangeObjectOnly.make(pRangeProfilerObject=self._obj)
+        try:
+            self._call("cuptiRangeProfilerStart", start)
+        except CuptiCallError:
+            # The config is set once, as NVIDIA's samples do; should this CUPTI want it set
+            # again for a re-initialized counter data image, set it and count that.
+            self._set_config()
+            self._call("cuptiRangeProfilerStart", start)
+            self.reconfigured += 1
         if self.mode == "user":
             self._name = _char_p(name.encode())
             self._call(
@@ -460,14 +473,15 @@ class RangeProfiler:
 
     def stop(self) -> tuple[list[RangeValue], int]:
         """Close the call (the caller synchronized first): its ranges, and how many CUPTI
-        dropped; raises when the metric needed more than the one pass made."""
+        dropped; under user replay, raises when the metric needed more than the one pass
+        made (the caller would have to repeat the call)."""
         if self.mode == "user":
             self._call(
                 "cuptiRangeProfilerPopRange", RangeObjectOnly.make(pRangeProfilerObject=self._obj)
             )
         stop = RangeStop.make(pRangeProfilerObject=self._obj)
         self._call("cuptiRangeProfilerStop", stop)
-        if not stop.isAllPassSubmitted:
+        if self.mode == "user" and not stop.isAllPassSubmitted:  # kernel replay replays itself
             raise RuntimeError(f"the metric needs {self.passes} passes; this run made one")
         decode = RangeDecodeData.make(pRangeProfilerObject=self._obj)
         self._call("cuptiRangeProfilerDecodeData", decode)
