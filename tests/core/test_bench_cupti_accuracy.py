@@ -171,7 +171,7 @@ def test_a_host_without_ncu_gets_the_reason_and_every_variant_still_reports(
     env = dict(os.environ, NSPY_NCU=str(tmp_path / "no-ncu-here"))
     proc = subprocess.run(
         [sys.executable, str(BENCH_DIR / "bench_cupti_accuracy.py"), "--variants",
-         "ncu,concurrent", "--cases", "scale 2^12", "--runs", "2", "--warmup", "0",
+         "ncu,concurrent", "--ncu-again", "--cases", "scale 2^12", "--runs", "2", "--warmup", "0",
          "--timeout", "60", "--json", str(out)],
         capture_output=True, text=True, timeout=180, env=env,
     )  # fmt: skip
@@ -179,7 +179,8 @@ def test_a_host_without_ncu_gets_the_reason_and_every_variant_still_reports(
     assert "ncu: " in proc.stdout and "FAILED: exit none" in proc.stdout
     assert "no-ncu-here" in proc.stdout
     doc = json.loads(out.read_text())
-    assert set(doc["variants"]) == {"ncu", "concurrent"}
+    assert set(doc["variants"]) == {"ncu", "concurrent", "ncu-again"}
+    assert doc["variants"]["ncu-again"]["error"]
     concurrent = doc["variants"]["concurrent"]
     # Without cupti-python or a GPU it says why; with them it has the case's runs.
     assert concurrent["error"] or len(concurrent["samples"]["0"]) == 2

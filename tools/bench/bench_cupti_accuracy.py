@@ -25,6 +25,8 @@ gets ``--warmup`` unmeasured calls, then ``--runs`` measured calls, each after a
   cupti-python does not wrap it), auto ranges with kernel replay: each kernel's own
   ``gpu__time_duration.sum``, counted by the same counters ncu reads.
 - ``range-user``: the range profiler with one user range around the call.
+- ``ncu-again`` (``--ncu-again``): ncu once more after the others, against the first: ncu's
+  own drift between runs, the floor below which no other gap means anything.
 
 It prints, per case, ncu's median and spread (IQR over the median), each variant's median,
 its difference from ncu in ns and %, then per variant a least-squares fit
@@ -66,6 +68,9 @@ VARIANTS = ("ncu", "kernel", "backend", "concurrent", "range", "range-user")
 """In run order: ``kernel`` first compiles the Triton kernels into the shared cache."""
 ACTIVITY_KINDS = {"kernel": "KERNEL", "concurrent": "CONCURRENT_KERNEL"}
 RANGE_MODES = {"range": "auto", "range-user": "user"}
+NCU_AGAIN = "ncu-again"
+"""A second ncu run after the others (``--ncu-again``): ncu's own drift between runs, the
+floor no other variant can be held below."""
 L2_FLUSH_FACTOR = 2
 
 
@@ -394,17 +399,19 @@ def ncu_samples(report: Path) -> Samples:
 
 
 def run_variant(
-    variant: str, work: Path, cases: Sequence[int], args: argparse.Namespace
+    variant: str, work: Path, cases: Sequence[int], args: argparse.Namespace, label: str = ""
 ) -> VariantResult:
-    """One variant in a fresh process; never raises for the variant's own failures."""
-    res = VariantResult(variant)
-    out, log = work / f"{variant}.json", work / f"{variant}.log"
+    """One variant in a fresh process, reported as ``label`` (default: the variant); never
+    raises for the variant's own failures."""
+    label = label or variant
+    res = VariantResult(label)
+    out, log = work / f"{label}.json", work / f"{label}.log"
     argv = [
         sys.executable, str(HERE / "cupti_accuracy_worker.py"), variant, str(out),
         "--runs", str(args.runs), "--warmup", str(args.warmup), "--flush", args.flush,
         "--cases", ",".join(map(str, cases)),
     ]  # fmt: skip
-    report = work / "ncu.ncu-rep"
+    report = work / f"{label}.ncu-rep"
     if variant == "ncu":
         argv = [
             os.environ.get("NSPY_NCU", "ncu"), "--nvtx", "--nvtx-include",
@@ -480,10 +487,18 @@ def main(argv: list[str] | None = None) -> int:
         "--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS)
     )
     p.add_argument("--cases", default="all", help="'all', or indices / name parts, comma-separated")
-    p.add_argument("--flush", choices=("read", "write"), default="read",
-                   help="L2 flush before each call: a read (the cupti backend's) or a write")  # fmt: skip
-    p.add_argument("--ncu-cache", choices=("all", "none"), default="all",
-                   help="ncu's --cache-control (none: only our L2 flush, as under CUPTI)")  # fmt: skip
+    p.add_argument(
+        "--flush", choices=("read", "write"), default="read",
+        help="L2 flush before each call: a read (the cupti backend's) or a write",
+    )  # fmt: skip
+    p.add_argument(
+        "--ncu-cache", choices=("all", "none"), default="all",
+        help="ncu's --cache-control (none: only our L2 flush, as under CUPTI)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ncu-again", action="store_true",
+        help="run ncu once more at the end: its own drift, as one more column",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=90.0, help="seconds per variant (ncu: twice)")
     args = p.parse_args(argv)
     variants = [v for v in VARIANTS if v in args.variants.split(",")]
@@ -501,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(
                 f"{v}: {results[v].wall_s:.1f} s{' (failed)' if results[v].error else ''}\n"
             )
+        if args.ncu_again and "ncu" in variants:  # ncu against itself, minutes later
+            results[NCU_AGAIN] = run_variant("ncu", work, cases, args, NCU_AGAIN)
+            variants.append(NCU_AGAIN)
     ncu = results.get("ncu") or VariantResult("ncu", error="not run (--variants)")
     others = [results[v] for v in variants if v != "ncu"]
     rows = compare(cases, ncu, others)
