@@ -215,16 +215,20 @@ def _torch_uuid(ordinal: int | None) -> tuple[int, str | None]:
     return idx, uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
 
 
-def nvml_reader(device: int | None) -> tuple[Reader | None, str]:
-    """A reader for the CUDA device ``device`` (None: current), or None and why not."""
+def nvml_handle(device: int | None) -> tuple[Any, Any] | str:
+    """``pynvml`` and its handle of the CUDA device ``device`` (None: current), or why not.
+
+    The one place that finds a CUDA ordinal's NVML device (by UUID where torch knows it, so
+    ``CUDA_VISIBLE_DEVICES`` reordering cannot pick another GPU): the thermal guard and the
+    judge's clock readings (judge/gpu_state.py) both read through it."""
     try:
         import pynvml
     except ImportError:
-        return None, "NVML unavailable: nvidia-ml-py is not installed"
+        return "NVML unavailable: nvidia-ml-py is not installed"
     try:
         pynvml.nvmlInit()
     except Exception as exc:
-        return None, f"NVML unavailable (no NVIDIA driver or GPU?): {exc}"
+        return f"NVML unavailable (no NVIDIA driver or GPU?): {exc}"
     ordinal, uuid = _torch_uuid(device)
     entry = uuid or _visible_entry(ordinal)
     try:
@@ -233,7 +237,28 @@ def nvml_reader(device: int | None) -> tuple[Reader | None, str]:
         else:
             handle = pynvml.nvmlDeviceGetHandleByIndex(int(entry) if entry is not None else ordinal)
     except Exception as exc:
-        return None, f"NVML has no device for CUDA ordinal {ordinal} ({entry}): {exc}"
+        return f"NVML has no device for CUDA ordinal {ordinal} ({entry}): {exc}"
+    return pynvml, handle
+
+
+def clock_event_reasons(pynvml: Any, handle: Any) -> tuple[str, ...]:
+    """The device's active clock-event ("throttle") reasons; none where NVML cannot say."""
+    event_reasons = (
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
+    try:
+        return reasons_of_mask(int(event_reasons(handle)))
+    except Exception:
+        return ()
+
+
+def nvml_reader(device: int | None) -> tuple[Reader | None, str]:
+    """A reader for the CUDA device ``device`` (None: current), or None and why not."""
+    found = nvml_handle(device)
+    if isinstance(found, str):
+        return None, found
+    pynvml, handle = found
     try:
         slowdown: float | None = float(
             pynvml.nvmlDeviceGetTemperatureThreshold(
@@ -242,17 +267,10 @@ def nvml_reader(device: int | None) -> tuple[Reader | None, str]:
         )
     except Exception:
         slowdown = None
-    event_reasons = (
-        getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    )
 
     def read() -> ThermalReading:
         temp = float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
-        try:
-            reasons = reasons_of_mask(int(event_reasons(handle)))
-        except Exception:
-            reasons = ()
+        reasons = clock_event_reasons(pynvml, handle)
         headroom = None if slowdown is None else slowdown - temp
         return ThermalReading(temp, headroom, reasons)
 
