@@ -155,14 +155,23 @@ class Row(_Model):
     CrossCheck: CrossCheckOf = None
 
 
-def suspected(row: Row, reason: str) -> Row:
-    """``row`` with ``reason`` among its Reasons and Trust 'suspicious'; a failed row stays
-    'failed' and gains the reason too (it then says more, never less). The one rule every
-    stage that doubts a row applies; a reason already there is not repeated."""
+_TRUST_ORDER: tuple[TrustLevel, ...] = ("ok", "noisy", "suspicious", "failed")
+
+
+def marked(row: Row, reason: str, trust: TrustLevel = "ok") -> Row:
+    """``row`` with ``reason`` among its Reasons and its Trust at least ``trust`` (ok <
+    noisy < suspicious < failed): a row is never made more trusted, and a failed row gains
+    the reason too (it then says more, never less). The one rule every stage that notes,
+    doubts or marks a row noisy applies; a reason already there is not repeated."""
     if reason in row.Reasons:
         return row
-    trust = row.Trust if row.Trust == "failed" else "suspicious"
-    return row.model_copy(update={"Trust": trust, "Reasons": [*row.Reasons, reason]})
+    level = max(row.Trust, trust, key=_TRUST_ORDER.index)
+    return row.model_copy(update={"Trust": level, "Reasons": [*row.Reasons, reason]})
+
+
+def suspected(row: Row, reason: str) -> Row:
+    """``row`` marked 'suspicious' for ``reason`` (`marked`)."""
+    return marked(row, reason, "suspicious")
 
 
 class Comparison(_Model):

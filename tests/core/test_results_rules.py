@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsight_core.results import Row, suspected
+from nsight_core.results import Row, marked, suspected
 
 
 def _row(trust: str, reasons: list[str]) -> Row:
@@ -27,3 +27,12 @@ def test_a_doubt_makes_a_row_suspicious_once_and_a_failed_row_says_it_too() -> N
     assert (noisy.Trust, noisy.Reasons) == ("suspicious", ["spread", "below the floor"])
     failed = suspected(_row("failed", ["no valid run out of 3"]), "timer rebound")
     assert (failed.Trust, failed.Reasons) == ("failed", ["no valid run out of 3", "timer rebound"])
+
+
+def test_marking_a_row_never_makes_it_more_trusted() -> None:
+    assert marked(_row("ok", []), "a note").Trust == "ok"
+    assert marked(_row("ok", []), "clock moved", "noisy").Trust == "noisy"
+    assert marked(_row("suspicious", ["x"]), "clock moved", "noisy").Trust == "suspicious"
+    assert marked(_row("failed", ["x"]), "clock moved", "noisy").Reasons == ["x", "clock moved"]
+    once = marked(_row("ok", []), "clock moved", "noisy")
+    assert marked(once, "clock moved", "noisy") == once
