@@ -521,6 +521,19 @@ class FloorEvent(_Msg):
     bytes_out: int | None = Field(None, description="Bytes of every array in the output.")
 
 
+class GpuStateEvent(_Msg):
+    """The job's GPU as the judge read it (NVML) right before one timed call went out and
+    right after its reply came back: each list holds [start, end] (judge/gpu_state.py)."""
+
+    type: Literal["gpu_state"] = "gpu_state"
+    annotation: str
+    config_id: int
+    run: int
+    sm_mhz: list[int | None] = Field(description="SM clock (MHz); null: that read failed.")
+    temp_c: list[int | None]
+    reasons: list[list[str]] = Field(description="NVML clock-event reasons active then.")
+
+
 JobEvent = (
     PhaseEvent
     | ProgressEvent
@@ -532,4 +545,5 @@ JobEvent = (
     | SuspectEvent
     | EndEvent
     | FloorEvent
+    | GpuStateEvent
 )

@@ -62,6 +62,21 @@ class CrossCheckValue(_Model):
     )
 
 
+class GpuReadings(_Model):
+    """The job's GPU around a row's runs: the judge read NVML right before each timed call
+    went out and right after its reply (in-process backends; docs/rows.md, "GPU state")."""
+
+    SmClockMHz: list[int] = Field(description="Lowest and highest SM clock read (MHz).")
+    SmClockStartEndMHz: list[int] = Field(
+        description="SM clock at the first run's start and at the last run's end (MHz)."
+    )
+    TempC: list[int] = Field(description="Lowest and highest GPU temperature read (C).")
+    Throttle: list[str] = Field(
+        default_factory=list,
+        description="Slowdown reasons active at a reading (power cap, thermal, hardware).",
+    )
+
+
 StageOf = Annotated[
     StageName | None,
     Field(
@@ -124,7 +139,7 @@ class Row(_Model):
         None, description="Baseline annotation when values are per-run ratios to it; else null."
     )
     Trust: TrustLevel = Field(
-        description="ok | noisy (spread above threshold) | suspicious (see Reasons) | failed."
+        description="ok | noisy (spread or GPU clock moved) | suspicious (see Reasons) | failed."
     )
     Reasons: list[str] = Field(default_factory=list, description="Why Trust is not 'ok'.")
     ErrorClass: ErrorClassT | None = Field(None, description="Failure class when runs failed.")
@@ -153,6 +168,9 @@ class Row(_Model):
     GPUUUID: str | None = Field(None, description="UUID of the GPU the job ran on.")
     Stage: StageOf = None
     CrossCheck: CrossCheckOf = None
+    GpuState: GpuReadings | None = Field(
+        None, description="SM clock and temperature around the runs (events, cupti)."
+    )
 
 
 _TRUST_ORDER: tuple[TrustLevel, ...] = ("ok", "noisy", "suspicious", "failed")
@@ -265,7 +283,8 @@ class Provenance(_Model):
             "until the contestant is started, 0 for a judge pre-started before the request; "
             "standby_idle: how long such a judge waited for it; import; check; profile; exit: "
             "waiting for the contestant and its profiler to end; judge: the judge's own work "
-            "per call; roundtrips: waiting on the contestant's replies) and the contestant's "
+            "per call, with nvml: its readings of the GPU around timed calls; roundtrips: waiting "
+            "on the contestant's replies) and the contestant's "
             "own account under 'contestant.' keys (process, frameworks, cuda, timer, "
             "waited_for_job, confine, load, inputs, call, structure, output, watch). Contestant "
             "keys come from the candidates' process: for benchmarks, never for verdicts."

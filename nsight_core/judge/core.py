@@ -46,6 +46,7 @@ from nsight_core.collectors.events import sync_all
 from nsight_core.collectors.ranges import CALLS_FILE, IssuedCall, write_issued
 from nsight_core.collectors.timers import tampering_affects
 from nsight_core.errors import ErrorClass, JobExit
+from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.guard import BoundTools, CandidateImportGuard
 from nsight_core.judge.verdict import (
     Tally,
@@ -75,6 +76,7 @@ from nsight_core.protocol import (
     ExitMsg,
     FailureEvent,
     FloorEvent,
+    GpuStateEvent,
     HelloMsg,
     JobSpec,
     LaunchSpec,
@@ -165,7 +167,9 @@ class _ConfigState:
     alive: set[str] = field(default_factory=set)
     tallies: dict[str, Tally] = field(default_factory=dict)
     errors: dict[str, FailureEvent] = field(default_factory=dict)
-    pending: dict[str, list[RangeEvent | SampleEvent | FailureEvent]] = field(default_factory=dict)
+    pending: dict[str, list[RangeEvent | SampleEvent | FailureEvent | GpuStateEvent]] = field(
+        default_factory=dict
+    )
     bound: TrivialBound | None = None
     bound_known: bool = False
     probes: dict[str, _Probes] = field(default_factory=dict)
@@ -182,7 +186,15 @@ class _ConfigState:
 class Judge:
     """One job's judge, given a `Seat` whose contestant was started before the job."""
 
-    def __init__(self, job: JobSpec, request: ProfileRequest, job_dir: Path, seat: Seat) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        request: ProfileRequest,
+        job_dir: Path,
+        seat: Seat,
+        *,
+        gpu: GpuSampler | None = None,
+    ) -> None:
         self.job = job
         self.req = request
         self.job_dir = job_dir
@@ -213,6 +225,8 @@ class Judge:
         """Per config, the trivial-answer bound of its first expected output (both passes)."""
         self._issued: list[IssuedCall] = []
         """Every call sent, in order, with its nonce: read with an ncu report (ranges.py)."""
+        self._gpu = gpu or GpuSampler.for_backend(self.backend.evidence)
+        """NVML readings around timed calls (gpu_state.py), opened before the job if given."""
 
     # -- start -----------------------------------------------------------------------------
     def send_job(self) -> None:
@@ -408,6 +422,8 @@ class Judge:
             want_output=check,
         )
         self.judge_s += time.perf_counter() - t0
+        if run is not None:
+            self._gpu.start(RunKey(ann, cid, run), self.device)
         self._chan.send(msg.model_dump_json().encode())
         t_sent = time.monotonic()
         while True:
@@ -421,6 +437,7 @@ class Judge:
                 "nsight_core.protocol",
             )
         rt = round(time.monotonic() - t_sent, 4)
+        self._gpu.stop()
         self.phase_seconds["roundtrips"] = round(self.phase_seconds.get("roundtrips", 0.0) + rt, 4)
         self._add_host_s(reply.host_s)
         if reply.device:
@@ -569,6 +586,7 @@ class Judge:
                 key, reply.ns, reply.kernels, self.settings, latency_ns=reply.latency_ns
             )
             st.after.setdefault(ann, []).append((reply.ns, reply.after_ns))
+            st.pending[ann] += self._gpu.take(key)
 
     def _probe_plan(self, st: _ConfigState, ann: str) -> _Probes | None:
         """Which of ``ann``'s calls on this config repeat an earlier call's inputs, drawn
@@ -790,13 +808,14 @@ class Judge:
                     wall_s=round(outcome.wall_s, 3),
                 )
             )
-        self.phase_seconds["judge"] = round(self.judge_s, 4)
+        self.phase_seconds["nvml"] = round(self._gpu.spent_s, 4)
+        self.phase_seconds["judge"] = round(self.judge_s + self._gpu.spent_s, 4)
         self.events.emit(
             DoneEvent(
                 phase_seconds=self.phase_seconds,
                 device=self.device,
                 confined=self.confined,
-                notes=[*self.notes, *self.arena.notes],
+                notes=[*self.notes, *self.arena.notes, *self._gpu.notes()],
             )
         )
         self.events.close()
@@ -945,6 +964,7 @@ def main(
     preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
     init_cuda(early)
     warm_checks()  # cold or pre-started, the contestant takes longer to start than this
+    gpu = GpuSampler.for_backend(seat.backend.evidence)  # NVML's start, off the job's path
     idle0 = time.monotonic()
     if prestarted:
         try:
@@ -964,7 +984,7 @@ def main(
         return int(JobExit.OK)
     job_dir, job = taken
     assert job.request is not None
-    judge = Judge(job, job.request, job_dir, seat)
+    judge = Judge(job, job.request, job_dir, seat, gpu=gpu)
     if prestarted:
         judge.phase_seconds["standby_idle"] = round(time.monotonic() - idle0, 4)
     try:

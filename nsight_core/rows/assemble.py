@@ -58,6 +58,7 @@ from nsight_core.rows.failures import (
     reference_failure,
     user_frame,
 )
+from nsight_core.rows.gpu_state import apply_gpu_states
 from nsight_core.rows.provenance import finish_result, with_waits
 from nsight_core.rows.runs import JobRun
 from nsight_core.settings import JobSettings
@@ -394,6 +395,7 @@ def assemble_result(
     rows = apply_floor(rows, diagnosed.floors)
     rows = apply_suspects(rows, [*run.events.suspects, *got.suspects], ctx.evidence)
     rows = get_backend(settings.backend).annotate_rows(rows)
+    rows = apply_gpu_states(rows, run.events.gpu_states)  # the judge's NVML readings
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)
     comparisons = compare_to_reference(values, request.reference, request.candidates, ctx=ctx)

@@ -22,6 +22,7 @@ from nsight_core.protocol import (
     EndEvent,
     FailureEvent,
     FloorEvent,
+    GpuStateEvent,
     JobEvent,
     ProgressEvent,
     RangeEvent,
@@ -50,6 +51,7 @@ class JobEvents:
     samples: list[SampleEvent] = field(default_factory=list)
     suspects: list[SuspectEvent] = field(default_factory=list)
     floors: list[FloorEvent] = field(default_factory=list)
+    gpu_states: list[GpuStateEvent] = field(default_factory=list)
     end: EndEvent | None = None
     done: DoneEvent | None = None
     bad_lines: int = 0
@@ -79,6 +81,8 @@ def read_events(path: Path) -> JobEvents:  # noqa: C901 (one branch per event ty
             out.suspects.append(ev)
         elif isinstance(ev, FloorEvent):
             out.floors.append(ev)
+        elif isinstance(ev, GpuStateEvent):
+            out.gpu_states.append(ev)
         elif isinstance(ev, EndEvent):
             out.end = ev
         elif isinstance(ev, DoneEvent):
