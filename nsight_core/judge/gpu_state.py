@@ -81,9 +81,11 @@ class GpuSampler:
     """One job's readings: `start` before a timed call is sent, `stop` after its reply,
     `take` the event for that call once the judge knows the call counts."""
 
-    def __init__(self, reader: Reader | None, why: str = "") -> None:
+    def __init__(self, reader: Reader | None, why: str = "", *, wanted: bool = True) -> None:
         self._reader = reader
         self._why = why
+        self._wanted = wanted
+        """False where the backend's numbers are not read at all (ncu): no note then."""
         self._key: RunKey | None = None
         self._start: Reading | None = None
         self._end: Reading | None = None
@@ -98,7 +100,7 @@ class GpuSampler:
         """A sampler for a job whose numbers come from ``evidence``: reading only where the
         timer is in-process (the module docstring says why not under ncu)."""
         if evidence != "in_process":
-            return cls(None)
+            return cls(None, wanted=False)
         reader, why = nvml_state_reader()
         return cls(reader, why)
 
@@ -106,12 +108,11 @@ class GpuSampler:
         """Read before the timed call ``key`` goes out (``device``: where the contestant's
         calls run, as it reported; a CPU job's GPU says nothing about its times)."""
         self._key, self._start, self._end = None, None, None
-        if self._reader is None:
-            return
         if device is not None and device.startswith("cpu"):
             self._on_cpu = True
             return
-        self._key, self._start = key, self._read()
+        if self._reader is not None:
+            self._key, self._start = key, self._read()
 
     def stop(self) -> None:
         """Read once the reply to the call `start` was given has arrived."""
@@ -137,10 +138,12 @@ class GpuSampler:
 
     def notes(self) -> list[str]:
         """At most one note for the job: why nothing (or not everything) was read."""
-        if self._why:
-            return [f"{NOT_READ}: {self._why}"]
+        if not self._wanted:
+            return []
         if self._on_cpu and not self.readings:
             return [f"{NOT_READ}: the calls ran on the CPU"]
+        if self._why:
+            return [f"{NOT_READ}: {self._why}"]
         if self._failed:
             return [f"an NVML reading of the GPU failed, its values are null: {self._failed}"]
         return []

@@ -178,6 +178,13 @@ def test_the_sampler_reads_only_timed_gpu_calls_and_a_failed_read_is_null_and_no
     on_cpu.stop()
     assert on_cpu.take(key) == [] and on_cpu.readings == 0
     assert on_cpu.notes() == [f"{NOT_READ}: the calls ran on the CPU"]
+    without_nvml = GpuSampler(None, "NVML unavailable: no driver")
+    without_nvml.start(key, "cuda:0")
+    without_nvml.stop()
+    assert without_nvml.take(key) == []
+    assert without_nvml.notes() == [f"{NOT_READ}: NVML unavailable: no driver"]
+    without_nvml.start(key, "cpu")  # a CPU job's reason comes first: no GPU was used
+    assert without_nvml.notes() == [f"{NOT_READ}: the calls ran on the CPU"]
 
 
 def test_ncu_jobs_are_not_read_and_carry_no_note() -> None:
