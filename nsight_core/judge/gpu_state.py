@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from nsight_core.host.thermal import clock_event_reasons, nvml_handle
 from nsight_core.protocol import GpuStateEvent, RunKey
@@ -58,18 +59,19 @@ def nvml_state_reader(device: int | None = None) -> tuple[Reader | None, str]:
         return None, found
     pynvml, handle = found
 
-    def read() -> Reading:
-        sm = temp = None
+    def query(fn: Callable[..., Any], what: int) -> int | None:
         # Each query may fail alone (a MIG slice has no temperature): its value is null.
         try:
-            sm = int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+            return int(fn(handle, what))
         except Exception:
-            sm = None
-        try:
-            temp = int(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
-        except Exception:
-            temp = None
-        return Reading(sm, temp, clock_event_reasons(pynvml, handle))
+            return None
+
+    def read() -> Reading:
+        return Reading(
+            query(pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM),
+            query(pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU),
+            clock_event_reasons(pynvml, handle),
+        )
 
     first = read()
     if first.sm_mhz is None and first.temp_c is None:
