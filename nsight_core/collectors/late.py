@@ -9,10 +9,12 @@ per call, how long the device stayed busy after the window beyond what an honest
 shows (`ReplyMsg.after_ns`), and the judge asks `late_work_reason` once per annotation
 and config. The reason makes that annotation's rows suspicious.
 
-The per-call number carries the host's noise (it is read after a host synchronization, less
-the same synchronization's latency on an idle device), so the rule reads the median of a
-config's timed calls: one preempted wake-up does not flag an honest candidate, a candidate
-that leaves work behind on every call is flagged.
+The per-call number is read on the device where it can be (work queued on the harness's
+stream behind the window, less the host's own time between the two event records; the
+output's copy beyond an honest copy), and beyond a noise allowance where it cannot (work on
+other streams after the copy, seen through a host synchronization). Still, the rule reads
+the median of a config's timed calls: one late event does not flag an honest candidate, a
+candidate that leaves work behind on every call is flagged.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-AFTER_FLOOR_NS = 20_000.0
-"""Flag only when the median work after the window exceeds 20 us in all: the after-window
-time is the host's wake-up after a synchronization less that of an idle device, and two
-wake-ups differ by some microseconds even on a quiet host (tests/gpu prints the numbers)."""
+AFTER_FLOOR_NS = 5_000.0
+"""Flag only when the median work after the window exceeds 5 us in all: the device-side
+reading still carries the jitter of event timestamps against the host clock
+(tests/gpu/test_window_guard_gpu.py prints honest and hacked numbers side by side)."""
 AFTER_REL = 0.25
 """... and a quarter of the median window: a long call's wake-ups vary more, and work worth
 less than this would not change a ranking."""

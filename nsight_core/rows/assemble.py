@@ -166,7 +166,25 @@ def collect_values(run: JobRun, settings: JobSettings) -> Collected:
                 Phase="collect",
             )
         )
-    return Collected(values, failures, gpu, got.suspects)
+    return Collected(values, _with_findings(failures, got.suspects), gpu, got.suspects)
+
+
+COUNT_FAILURES = (ErrorClass.NO_KERNELS, ErrorClass.KERNEL_COUNT_MISMATCH)
+
+
+def _with_findings(failures: list[Failure], suspects: Sequence[SuspectEvent]) -> list[Failure]:
+    """A count failure names what the collector found in the same call windows: a candidate
+    whose kernels ran outside its ranges fails on its counts, and the reason is the finding,
+    not an empty or changing call."""
+    found: dict[str, list[str]] = {}
+    for s in suspects:
+        if s.annotation is not None and s.reason not in found.get(s.annotation, []):
+            found.setdefault(s.annotation, []).append(s.reason)
+    out = []
+    for f in failures:
+        extra = found.get(f.Annotation or "") if f.ErrorClass in COUNT_FAILURES else None
+        out.append(f.model_copy(update={"Error": f"{f.Error}; {'; '.join(extra)}"}) if extra else f)
+    return out
 
 
 def row_context(

@@ -24,11 +24,13 @@ from nsight_core.collectors.ncu import (
 )
 from nsight_core.collectors.ranges import (
     CALLS_FILE,
+    Finding,
     IssuedCall,
     classify,
     read_issued,
     write_issued,
 )
+from nsight_core.errors import ErrorClass
 from nsight_core.protocol import (
     NCU_NVTX_EXCLUDE,
     NCU_NVTX_INCLUDE,
@@ -37,6 +39,8 @@ from nsight_core.protocol import (
     parse_range_name,
     untimed_range_name,
 )
+from nsight_core.results import Failure
+from nsight_core.rows.assemble import _with_findings
 from tests.conftest import NCU_DATA
 
 REF, CAND = "_reference.py:softmax", "hack.py:candidate"
@@ -288,3 +292,15 @@ def test_a_recorded_report_read_with_the_judges_calls(
     assert judged.suspects
     assert all("did not open" in s.reason for s in judged.suspects)
     assert [s.annotation for s in judged.suspects] == [None]
+
+
+def test_a_count_failure_names_the_finding_in_the_same_call_windows() -> None:
+    """A candidate that ends its range early profiles no kernel in it: its no_kernels failure
+    says its kernels ran outside the ranges, not only that none was seen."""
+    finding = Finding("foreign", ("c.py:f",), count=3, kernels=["softmax_warp_forward"])
+    empty = Failure(Annotation="c.py:f", ConfigId=0, ErrorClass=ErrorClass.NO_KERNELS, Error="none")
+    other = Failure(Annotation="r.py:g", ConfigId=0, ErrorClass=ErrorClass.NO_KERNELS, Error="none")
+    crash = Failure(Annotation="c.py:f", ConfigId=1, ErrorClass=ErrorClass.CRASHED, Error="died")
+    got = _with_findings([empty, other, crash], finding.suspects())
+    assert got[0].Error.startswith("none; under ncu, 3 kernels ran outside")
+    assert got[1:] == [other, crash]

@@ -1,7 +1,8 @@
 """Candidates for the GPU tests: CUDA tensors, and the ways a candidate can go wrong on a GPU.
 
 Loaded by the worker as 'gpu_cases.py:<name>' (workdir = this directory); never imported by
-the tests themselves, which keeps torch and triton out of the test process.
+the tests themselves, which keeps torch and triton out of the test process. Their reference
+and input maker live in `gpu_cases_reference.py`.
 """
 
 from __future__ import annotations
@@ -13,14 +14,6 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-
-
-def make_inputs(n: int) -> tuple[Any, ...]:
-    return (torch.randn(n, device="cuda"),)
-
-
-def ref(x: Any) -> Any:
-    return torch.relu(x)
 
 
 def good(x: Any) -> Any:

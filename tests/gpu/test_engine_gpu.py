@@ -22,8 +22,8 @@ EXAMPLES = HERE.parents[1] / "examples"
 
 def _run(tmp_path: Path, name: str, **fields: object) -> tuple[ProfileResult, float]:
     fields.setdefault("workdir", str(HERE))
-    fields.setdefault("inputs", "gpu_cases.py:make_inputs")
-    fields.setdefault("reference", "gpu_cases.py:ref")
+    fields.setdefault("inputs", "gpu_cases_reference.py:make_inputs")
+    fields.setdefault("reference", "gpu_cases_reference.py:ref")
     fields.setdefault("configs", [{"n": 1 << 20}])
     request = ProfileRequest.model_validate(fields)
     t0 = time.monotonic()
@@ -61,7 +61,7 @@ def test_ncu_rows_for_a_passing_candidate_and_failures_are_named(tmp_path: Path)
     assert verdicts["gpu_cases.py:mutates"].ErrorClass == ErrorClass.INCORRECT
     assert verdicts["gpu_cases.py:raises"].ErrorClass == ErrorClass.RUNTIME_ERROR
     timed = {r.Annotation for r in result.rows}
-    assert timed == {"gpu_cases.py:ref", "gpu_cases.py:good"}
+    assert timed == {"gpu_cases_reference.py:ref", "gpu_cases.py:good"}
     units = {r.Metric: r.Unit for r in result.rows}
     assert units == {
         "gpu__time_duration.sum": "ns",

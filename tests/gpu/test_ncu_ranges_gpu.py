@@ -30,10 +30,12 @@ def _spec(name: str) -> str:
     return next(h.spec for h in HEADERS if h.name == name)
 
 
-def _job(name: str, specs: list[str], tmp: pytest.TempPathFactory) -> ProfileResult:
+def _job(
+    name: str, specs: list[str], tmp: pytest.TempPathFactory, *, may_fail: bool = False
+) -> ProfileResult:
     cfg = {"rows": 32, "cols": 64, "device": "cuda"}
     result = profile(specs, Path(tmp.mktemp(name)), backend="ncu", config=cfg)
-    assert result.status == "done", result.message
+    assert result.status == "done" or may_fail, result.message
     return result
 
 
@@ -49,14 +51,18 @@ def _reference_is_untouched(result: ProfileResult) -> None:
 def test_work_outside_the_ranges_and_forged_ranges_are_named(
     name: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    result = _job(name, [_spec(name)], tmp_path_factory)
+    result = _job(name, [_spec(name)], tmp_path_factory, may_fail=True)
     rows = [r for r in result.rows if r.Annotation == _spec(name)]
-    assert rows, result.message
-    assert all(r.Trust in ("suspicious", "failed") for r in rows), [
-        (r.Trust, r.Reasons) for r in rows
-    ]
-    reasons = " | ".join(x for r in rows for x in r.Reasons)
-    assert HACKS[name] in reasons, reasons
+    if result.status == "failed":  # its kernels outside its ranges broke its counts
+        errors = " | ".join(f.Error for f in result.failures if f.Annotation == _spec(name))
+        assert HACKS[name] in errors, result.message
+    else:
+        assert rows, result.message
+        assert all(r.Trust in ("suspicious", "failed") for r in rows), [
+            (r.Trust, r.Reasons) for r in rows
+        ]
+        reasons = " | ".join(x for r in rows for x in r.Reasons)
+        assert HACKS[name] in reasons, reasons
     _reference_is_untouched(result)
 
 

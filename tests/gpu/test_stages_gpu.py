@@ -8,6 +8,7 @@ tests/gpu/test_stages_gpu.py``. The workload is tools/bench/bench_stages.py's (s
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +25,7 @@ def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_stages", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
     spec.loader.exec_module(module)
     return module
 

@@ -5,7 +5,10 @@ first test times honest and hacked calls with the events timer in this process a
 per candidate and size, the window, the work seen after it (`ReplyMsg.after_ns`: its median
 and largest), the host-inclusive latency and how often the output changed after the window;
 the floor in collectors/late.py is to be set from the honest rows. The second runs the
-catalogue's files of this class through the real pipeline under events and cupti.
+catalogue's files of this class through the real pipeline under events and cupti. A hack
+that passes unflagged there counts as caught only when it gained nothing: its time against
+the reference is not below its honest twin's (a thread whose kernels still land inside
+the window is timed in full, which is no escape).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ SIZES = [(32, 64), (1024, 4096), (4096, 4096)]
 RUNS = 15
 HONEST = ("torch.softmax", "legit_stream_joined", "legit_side_thread")
 HACKS = ("side_stream_unjoined", "thread_after_return")
+TWIN = {"side_stream_unjoined": "legit_stream_joined", "thread_after_return": "legit_side_thread"}
+GAIN = 0.9
+"""A hack escapes when its time against the reference is below this share of its twin's."""
 
 
 def _softmax(x: Any) -> Any:
@@ -100,6 +106,14 @@ def _caught(result: ProfileResult, spec: str) -> tuple[str, str]:
     return f"{verdict} {trust}", reasons
 
 
+def _ratio(result: ProfileResult, spec: str) -> float | None:
+    """The candidate's time over the reference's in one job (None without both rows)."""
+    times = {r.Annotation: r.AvgValue for r in result.rows if r.AvgValue is not None}
+    ref = next((v for a, v in times.items() if a != spec), None)
+    own = times.get(spec)
+    return None if ref is None or own is None or not ref else float(own) / float(ref)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["events", "cupti"])
 def test_the_class_through_the_pipeline(
@@ -109,17 +123,22 @@ def test_the_class_through_the_pipeline(
     lines = [f"== {backend}"]
     for rows, cols in SIZES[1:]:
         config = {"rows": rows, "cols": cols, "device": "cuda"}
-        specs = [f"{n}.py:candidate" for n in (*HONEST[1:], *HACKS)]
-        for spec in specs:  # a job each: a hack's thread or stream must not reach the others
-            job: Path = tmp_path_factory.mktemp(f"{backend}-{spec.split('.')[0]}")
+        ratios: dict[str, float | None] = {}
+        for name in (*HONEST[1:], *HACKS):  # a job each: a hack's thread must not reach others
+            spec = f"{name}.py:candidate"
+            job: Path = tmp_path_factory.mktemp(f"{backend}-{name}")
             result = profile([spec], job, backend=backend, config=config)
             got, reasons = _caught(result, spec)
-            lines.append(f"{spec:34} {rows}x{cols}: {got:22} {reasons[:160]}")
-            honest = spec.startswith("legit_")
+            ratios[name] = ratio = _ratio(result, spec)
+            shown = "-" if ratio is None else f"{ratio:.2f}"
+            lines.append(f"{spec:34} {rows}x{cols}: {got:22} x{shown:5} {reasons[:150]}")
+            honest = name.startswith("legit_")
             if honest and got not in ("pass ok", "pass noisy", "pass noisy,ok"):
                 problems.append(f"{spec} {rows}x{cols} under {backend}: {got} ({reasons})")
-            hacked_events = backend == "events" and not honest
-            if hacked_events and got in ("pass ok", "pass noisy", "pass noisy,ok"):
-                problems.append(f"{spec} {rows}x{cols} under events: not caught")
+            twin = ratios.get(TWIN.get(name, ""))
+            gained = ratio is not None and twin is not None and ratio < GAIN * twin
+            unflagged = got in ("pass ok", "pass noisy", "pass noisy,ok")
+            if backend == "events" and not honest and unflagged and gained:
+                problems.append(f"{spec} {rows}x{cols} under events: not caught ({shown}x)")
     print("\n" + "\n".join(lines))
     assert not problems, problems
