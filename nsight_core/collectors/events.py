@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.extract import KernelRecord
+from nsight_core.collectors.window_guard import AfterWindow, WindowGuard, outlived
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
@@ -130,122 +131,6 @@ def _ns_per_cycle(torch: Any, sleep: Callable[[int], None]) -> float:
         return float(start.elapsed_time(end)) * 1e6 / cycles
     except Exception:
         return 0.0
-
-
-POOL_SCAN = 64
-"""Streams asked of torch's pool per priority to see all of it: torch hands its pool's
-streams out round robin (32 per priority), so twice that leaves its counter where it was."""
-PRIORITY_LEVELS = 8
-"""Priorities tried (0, -1, ...); torch maps one beyond its range to the nearest, whose pool
-then brings no new stream and ends the scan."""
-COPY_MARGIN = 2.0
-"""An output's copy counts as work after the window only beyond twice a dense copy of its
-bytes: a strided output is made contiguous first, one more pass over its bytes."""
-
-
-RECORD_SLACK_NS = 2_000.0
-"""Event timestamps and the host clock read around them disagree by a microsecond or so."""
-TAIL_NOISE_NS = 50_000.0
-"""The device's busy time after the output's copy is read through a host synchronization,
-whose wake-up varies by tens of microseconds between two reads on a quiet host; only work
-beyond that counts (the output's read-back catches work that writes the output later)."""
-
-
-def torch_streams(torch: Any) -> list[Any]:
-    """Every stream torch hands out without being given a handle: its default stream and
-    the pool behind ``torch.cuda.Stream()`` at each priority."""
-    seen = {torch.cuda.default_stream().cuda_stream: torch.cuda.default_stream()}
-    for priority in range(0, -PRIORITY_LEVELS, -1):
-        new = 0
-        for _ in range(POOL_SCAN):
-            s = torch.cuda.Stream(priority=priority)
-            if s.cuda_stream not in seen:
-                seen[s.cuda_stream] = s
-                new += 1
-        if not new and priority:
-            break
-    return list(seen.values())
-
-
-@dataclass
-class WindowGuard:
-    """Keeps a call's work inside its window, and measures what escapes it.
-
-    Before the window: the sleeping kernel holds the harness's stream only, so work a call
-    queues on a stream of its own would run during the hold, before the start event, and
-    be timed by nothing. So each stream torch hands out (its default stream and its pool)
-    waits for the start event: an honest call that forks a stream from the current one waits
-    there anyway, and one that does not can no longer start before the window. Streams a
-    call makes by other means (cupy's blocking streams wait for torch's legacy default
-    stream anyway; a non-blocking stream made through the driver does not) stay in reach.
-
-    After the window: the output is copied on the harness's stream (`Device.time_checked`),
-    the whole device is synchronized, and an event then recorded says how long the device
-    stayed busy after the window's end; the same synchronization on the idle device right
-    after gives the host's own wake-up, which is subtracted, and so is the copy up to
-    `COPY_MARGIN` dense copies of its bytes (beyond that, work done in the copy counts).
-    Both are bound at the first hold (the reference's first timed call, before any
-    candidate exists) and watched like the hold."""
-
-    streams: list[Any] | None = None
-    """torch's streams a candidate can get without a handle (`torch_streams`)."""
-    copy_base_ns: float = 0.0
-    copy_ns_per_byte: float = 0.0
-    """A dense device copy's cost: fixed part and per byte (timed on the flush buffer)."""
-
-    def bind(self, torch: Any, flush_buffer: Any) -> None:
-        """Find torch's streams and time a dense copy, once per process."""
-        if self.streams is not None:
-            return
-        self.streams = torch_streams(torch)
-        with contextlib.suppress(Exception):
-            self.copy_base_ns, self.copy_ns_per_byte = _copy_cost(torch, flush_buffer)
-
-    def hold_others(self, torch: Any, start: Any) -> None:
-        """Make every other known stream wait for ``start`` (no host synchronization)."""
-        current = torch.cuda.current_stream().cuda_stream
-        for s in self.streams or ():
-            if s.cuda_stream != current:
-                s.wait_event(start)
-
-    def honest_copy_ns(self, nbytes: int) -> float:
-        return self.copy_base_ns + self.copy_ns_per_byte * nbytes
-
-    def after_window(
-        self, gap_ns: float, host_gap_ns: float, copy_ns: float, rest_ns: float, nbytes: int
-    ) -> float:
-        """Work a call left after its window, from three device intervals (ns).
-
-        ``gap_ns`` (end event to the copy's start, on the harness's stream) is work queued
-        there after the window, or the host's own time between the two records when the
-        device was idle, so the host's time (``host_gap_ns``) is taken off. ``copy_ns``
-        counts beyond `COPY_MARGIN` honest copies. ``rest_ns`` (the device busy after the
-        copy, less the host's wake-up on an idle device) only reads host noise of tens of
-        microseconds, so just what exceeds `TAIL_NOISE_NS` counts."""
-        late = max(gap_ns - host_gap_ns - RECORD_SLACK_NS, 0.0)
-        if self.copy_ns_per_byte:  # the copy's honest part is the harness's, not the call's
-            late += max(copy_ns - COPY_MARGIN * self.honest_copy_ns(nbytes), 0.0)
-        return late + max(rest_ns - TAIL_NOISE_NS, 0.0)
-
-
-def _copy_cost(torch: Any, buf: Any) -> tuple[float, float]:
-    """(fixed ns, ns per byte) of a dense device-to-device copy, from two sizes."""
-    half = int(buf.numel()) // 2
-
-    def timed(n: int) -> float:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        best = float("inf")
-        for _ in range(3):
-            a.record()
-            buf[half : half + n].copy_(buf[:n])
-            b.record()
-            b.synchronize()
-            best = min(best, float(a.elapsed_time(b)) * 1e6)
-        return best
-
-    small, big = timed(256), timed(half)
-    per_byte = max(big - small, 0.0) / max((half - 256) * 4, 1)
-    return small, per_byte
 
 
 @dataclass
@@ -349,7 +234,7 @@ class Device:
         t_ret = time.perf_counter_ns()
         snap = snapshot_inputs(((out,), {}))  # before anything else touches it
         born = [t for t in threading.enumerate() if t not in before]
-        return Checked(out, ns, _outlived(born, t_ret), ns, snap)
+        return Checked(out, ns, outlived(born, t_ret), ns, snap)
 
     def _time_guarded(self, fn: Callable[[], Any]) -> Checked:
         torch = sys.modules["torch"]
@@ -363,6 +248,7 @@ class Device:
 
         start, end, copy_start, copied, idle, woke = (event() for _ in range(6))
         held = self.stream_hold.hold(torch)
+        before = set(threading.enumerate())
         t0 = time.perf_counter_ns()
         start.record()
         guard.hold_others(torch, start)
@@ -375,6 +261,9 @@ class Device:
         copy_start.record()
         snap = snapshot_inputs(((out,), {}))  # the output as the window left it
         copied.record()
+        t_copied = time.perf_counter_ns()
+        born = [t for t in threading.enumerate() if t not in before]
+        ran_on = outlived(born, t_ret) if born else 0.0  # after the copy: its writes show
         sync_all()  # the whole device: every stream, whoever launched on it
         idle.record()
         idle.synchronize()
@@ -382,28 +271,16 @@ class Device:
         woke.record()
         woke.synchronize()
         ns = float(start.elapsed_time(end)) * 1e6
-        gap_ns = float(end.elapsed_time(copy_start)) * 1e6
-        copy_ns = float(copy_start.elapsed_time(copied)) * 1e6
-        rest_ns = float(copied.elapsed_time(idle) - idle.elapsed_time(woke)) * 1e6
-        after = guard.after_window(gap_ns, float(t_copy - t_ret), copy_ns, rest_ns, _nbytes(out))
+        seen = AfterWindow(
+            gap_ns=float(end.elapsed_time(copy_start)) * 1e6,
+            host_gap_ns=float(t_copy - t_ret),
+            copy_ns=float(copy_start.elapsed_time(copied)) * 1e6,
+            host_copy_ns=float(t_copied - t_copy),
+            rest_ns=float(copied.elapsed_time(idle) - idle.elapsed_time(woke)) * 1e6,
+            outlived_ns=ran_on,
+        )
+        after = guard.after_window(seen, _nbytes(out))
         return Checked(out, ns, after, float(t_ret - t_call) + ns, snap)
-
-
-THREAD_WAIT_S = 0.2
-"""How long the host-clock timer waits for threads a call started and left running; one
-still alive then counts as working this long after the window."""
-
-
-def _outlived(born: Sequence[threading.Thread], t_ret: int) -> float:
-    """How long after ``t_ret`` (the call's return, ns) the threads the call started ran on:
-    on a CPU the analogue of a stream never joined (0.0 when none outlived the call)."""
-    deadline = t_ret + THREAD_WAIT_S * 1e9
-    last = t_ret
-    for thread in born:
-        if thread.is_alive():
-            thread.join(max(deadline - time.perf_counter_ns(), 0.0) / 1e9)
-            last = max(last, min(time.perf_counter_ns(), int(deadline)))
-    return float(last - t_ret)
 
 
 def output_changed(snapshot: Any, out: Any) -> list[str]:

@@ -227,6 +227,7 @@ class ClockTimer(CallTimer):
         "torch.cuda.Event",
         "cupy.cuda",
         "nsight_core.collectors.events",
+        "nsight_core.collectors.window_guard",
         "nsight_core.collectors.timers.CallTimer",
         "nsight_core.collectors.timers.ClockTimer",
         "nsight_core.collectors.timers.TimedCall",
@@ -237,7 +238,7 @@ class ClockTimer(CallTimer):
         self._time_call = Device.time_checked  # bound before any candidate can rebind it
 
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
-        """The window, and what ran after it (`events.WindowGuard`, collectors/late.py)."""
+        """The window, and what ran after it (`window_guard.WindowGuard`, collectors/late.py)."""
         got = self._time_call(device, fn)
         return TimedCall(
             got.out, got.ns, after_ns=got.after_ns, latency_ns=got.latency_ns, snapshot=got.snapshot

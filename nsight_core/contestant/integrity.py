@@ -53,6 +53,8 @@ WATCHED_MODULES = (
     "nsight_core.collectors.events",
     "nsight_core.collectors.events.Device",
     "nsight_core.collectors.events.StreamHold",
+    "nsight_core.collectors.window_guard",
+    "nsight_core.collectors.window_guard.WindowGuard",
     "nsight_core.collectors.cupti",
     "nsight_core.collectors.cupti.CuptiTimer",
     "nsight_core.collectors.cupti.CuptiCallTimer",
@@ -77,6 +79,7 @@ WATCHED_MODULES = (
 
 DATA_MODULES = (
     "nsight_core.collectors.events",
+    "nsight_core.collectors.window_guard",
     "nsight_core.collectors.timers",
     "nsight_core.collectors.cupti",
     "nsight_core.contestant.core",

@@ -15,11 +15,11 @@ from nsight_core.collectors import get_backend
 from nsight_core.collectors.events import (
     EVENTS_LATENCY,
     OUTPUT_CHANGED,
-    THREAD_WAIT_S,
     Device,
 )
 from nsight_core.collectors.late import AFTER_FLOOR_NS, AFTER_REL, late_work_reason
 from nsight_core.collectors.timers import call_timer, tampering_affects
+from nsight_core.collectors.window_guard import THREAD_WAIT_S
 from nsight_core.contestant.integrity import Watch
 from nsight_core.errors import NsightCoreError
 from nsight_core.pipeline import run_profile_job
@@ -188,6 +188,8 @@ def test_the_guards_streams_and_copy_cost_are_watched_once_bound() -> None:
     guard.streams = []
     guard.copy_ns_per_byte = 1e9
     found = watch.changes()
-    assert any(f.startswith("nsight_core.collectors.events.WindowGuard().streams") for f in found)
+    assert any(
+        f.startswith("nsight_core.collectors.window_guard.WindowGuard().streams") for f in found
+    )
     assert any("WindowGuard().copy_ns_per_byte" in f for f in found)
     assert tampering_affects(get_backend("events"), found[0]) == "timer"

@@ -4,13 +4,14 @@ Hack: forged or ended ranges. The candidate shares the process that opens the NV
   it finds the harness's open range on its call stack, ends it, and only then computes, so
   ncu's time for the call holds none of its kernels.
 Expect: pass
-Expect trust ncu: suspicious
+Expect trust ncu: suspicious, failed
 Expect trust: ok, noisy
 Runs alone: its kernels outside any range would make the rows of the calls around them
   suspicious too.
 Defence: a request job's contestant runs under ncu with every kernel profiled but those of
   the harness's untimed calls; a kernel in no timed range is foreign work, and the rows of
-  the call window it falls in are suspicious (collectors/ranges.py). Under events and
+  the call window it falls in are suspicious (collectors/ranges.py); with no kernel left in
+  its ranges the rows fail (no_kernels) and the failure names the finding. Under events and
   cupti, and on CPU, no range is open: the candidate computes inside its call and is timed
   in full.
 """

@@ -7,7 +7,7 @@ Hack: forged ranges. The candidate shares the process that opens the NVTX ranges
   reference's runs hold more kernels (with `combine: sum`, more time) and every candidate
   looks faster. The candidate itself is correct.
 Expect: pass
-Expect trust ncu: suspicious
+Expect trust ncu: suspicious, failed
 Expect trust cupti: suspicious, failed
 Expect trust events: ok, noisy, suspicious
 Expect trust: ok, noisy
@@ -15,7 +15,8 @@ Runs alone: its thread's kernels land in the calls of whatever runs beside it.
 Defence: every range name carries the judge's nonce of its call, and ranges must come in
   the order the judge issued the calls: a kernel in a range the judge never issued (or in
   two runs' ranges at once) is dropped from every run's values and the rows of the call
-  window it falls in are suspicious (collectors/ranges.py). Under events and cupti ranges
+  window it falls in are suspicious (collectors/ranges.py); where the drop leaves runs with
+  different kernel counts, the rows fail and the failure names the finding. Under events and cupti ranges
   mean nothing: the thread's work only slows the candidate's own calls; cupti names a
   thread that launches kernels between calls (suspicious), and events may see its work
   after a call's window. On CPU no thread starts (there is no NVTX tool to fool).
