@@ -15,14 +15,14 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import run_worker
 from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import FunctionJob, JobSpec, RunKey
-from nsight_core.results import ProfileResult, iso, utc_now
+from nsight_core.results import Failure, ProfileResult, iso, utc_now
 from nsight_core.rows.aggregate import RunValue, RunValues, aggregate_rows, normalize_rows
 from nsight_core.rows.assemble import (
     collect_values,
@@ -31,6 +31,7 @@ from nsight_core.rows.assemble import (
     finish_result,
     row_context,
 )
+from nsight_core.rows.runs import JobRun
 from nsight_core.settings import JobSettings
 
 Bound = tuple[tuple[Any, ...], dict[str, Any]]
@@ -175,6 +176,8 @@ def run_function(
     ctx = row_context(settings, list(params), gpu)
     if normalize_against is not None:
         if normalize_against not in {k.annotation for k in values.expected_keys}:
+            if run.error is not None:  # the run ended early: its own error says why
+                _raise_run_error(run, failures, job_dir)
             raise NsightCoreError(
                 ErrorClass.INVALID_REQUEST,
                 f"Annotation {normalize_against!r} not found in data.",
@@ -187,17 +190,7 @@ def run_function(
         # Nsight Python's order: every measured row first, then the derived ones (stable).
         rows = sorted(rows, key=lambda r: r.Metric not in measured)
     if run.error is not None and not rows:
-        detail = next((f for f in failures if f.ErrorClass == run.error.error_class), None)
-        # What the contestant itself reported before it ended (its timer would not start)
-        # says more than how it exited.
-        own = next((f for f in failures if f.Annotation == "<worker>"), None)
-        if detail is None and own is not None:
-            raise NsightCoreError(own.ErrorClass, own.Error, f"job files are in {job_dir}")
-        raise NsightCoreError(
-            run.error.error_class,
-            detail.Error if detail else run.error.message,
-            run.error.hint or f"job files are in {job_dir}",
-        )
+        _raise_run_error(run, failures, job_dir)
     if not expected and run.error is None:
         raise NsightCoreError(
             ErrorClass.NO_KERNELS,
@@ -218,3 +211,19 @@ def run_function(
         diagnosed=diagnose_job(run, settings, got.values, list(params), gpu),
     )
     return FunctionRun(result, measured_values)
+
+
+def _raise_run_error(run: JobRun, failures: Sequence[Failure], job_dir: Path) -> NoReturn:
+    """Raise why a function's run ended early, in its own words where it left them."""
+    assert run.error is not None
+    detail = next((f for f in failures if f.ErrorClass == run.error.error_class), None)
+    # What the contestant itself reported before it ended (its timer would not start)
+    # says more than how it exited.
+    own = next((f for f in failures if f.Annotation == "<worker>"), None)
+    if detail is None and own is not None:
+        raise NsightCoreError(own.ErrorClass, own.Error, f"job files are in {job_dir}")
+    raise NsightCoreError(
+        run.error.error_class,
+        detail.Error if detail else run.error.message,
+        run.error.hint or f"job files are in {job_dir}",
+    )

@@ -139,3 +139,18 @@ def test_a_function_takes_the_active_tools_backend_at_its_first_call_and_keeps_i
     if discover_ncu().used is None:
         with pytest.raises(NCUNotAvailableError):
             later()  # no tool active: ncu, which this host lacks
+
+
+def test_a_run_that_ended_early_says_why_before_normalize_against_misses_its_annotation() -> None:
+    # The run died before entering 'first': the answer is why it died, not that the
+    # annotation to normalize against is missing from the data it never made.
+    @nsight.analyze.kernel(configs=[(8,)], backend="events", normalize_against="first", verbosity=0)
+    def f(n: int) -> None:
+        import os
+
+        os._exit(3)
+
+    with pytest.raises(ProfilerException) as err:
+        f()
+    assert "not found in data" not in str(err.value)
+    assert err.value.error_class is not ErrorClass.INVALID_REQUEST, str(err.value)
