@@ -65,15 +65,16 @@ def _pickle_function(
     a wrapper, its info collectors) whose modules must travel too."""
     import cloudpickle  # lazy: only the caller of a @kernel function pickles
 
+    from nsight_core.nsight import pickling
+
     modules = _by_value_modules([func, *by_value])
     for m in modules:
         cloudpickle.register_pickle_by_value(m)
     try:
-        data: bytes = cloudpickle.dumps((func, list(bound)))
+        return pickling.dumps((func, list(bound)), by_value=[m.__name__ for m in modules])
     finally:
         for m in modules:
             cloudpickle.unregister_pickle_by_value(m)
-    return data
 
 
 def _derive(
