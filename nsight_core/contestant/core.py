@@ -34,9 +34,9 @@ from typing import IO, Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from nsight_core.annotation import RegionTiming, RunContext, set_run_context
 from nsight_core.collectors.events import Device, detect_device, sync_all
 from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, TimedCall, call_timer
+from nsight_core.contestant.function_mode import function_main
 from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
 from nsight_core.errors import JobExit
 from nsight_core.processes.sandbox import (
@@ -47,22 +47,16 @@ from nsight_core.processes.sandbox import (
 )
 from nsight_core.protocol import (
     CONTESTANT_SOCKET,
-    EVENTS_FILE,
-    JOB_FILE,
     READY_LINE,
     CallMsg,
     ContestantJob,
-    DoneEvent,
     ExitMsg,
     FailureEvent,
     HelloMsg,
-    JobSpec,
     JudgeMsg,
     KernelTiming,
     LoadMsg,
     Phase,
-    ProgressEvent,
-    RangeEvent,
     ReplyMsg,
     RunKey,
 )
@@ -73,15 +67,12 @@ from nsight_core.runtime.loader import load_callable
 from nsight_core.runtime.process import (
     FRAMEWORKS,
     PRESTART_FRAMEWORKS,
-    EventWriter,
     exit_native,
     exit_now,
     failure_event,
     init_cuda,
     preload_frameworks,
-    seed_all,
 )
-from nsight_core.settings import JobSettings
 
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
 
@@ -89,7 +80,7 @@ _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
 def warm_gpu_path() -> None:
     """A pre-started contestant (cupti or events) runs the harness's own GPU path once while
     it waits for its job: the L2 flush buffer (twice the L2's size) is allocated, CUDA loads
-    the kernels of the flush, the input snapshot and its comparison, and Triton its launcher
+    the kernels of the flush, the output's snapshot and its comparison, and Triton its launcher
     (one kernel of ours). Otherwise the job's first calls pay for each. Nothing of the job
     exists yet, and a failure here changes nothing: the job's calls load what they need."""
     torch = sys.modules.get("torch")
@@ -237,12 +228,17 @@ class Contestant:
         try:
             with harness:
                 self.slots.attach(msg.new_slots)
+                self.slots.copied.clear()
                 args, kwargs = self.slots.materialize(msg.inputs)
                 if self.device is None:
                     self.device = detect_device((args, kwargs))
                 self.device.sync()
                 t1 = time.monotonic()
-                snap = snapshot_inputs((args, kwargs)) if self.job.check_mutation else None
+                # Mutation is the judge's finding, from its own input slots (judge/core.py);
+                # only arrays that are copies of their slot (a strided layout, a device
+                # crossing) are compared here, so no other copy adds harness kernels.
+                own = _only(self.slots.copied, (args, kwargs)) if self.job.check_mutation else None
+                snap = snapshot_inputs(own) if own is not None else None
         except Exception as exc:
             return ReplyMsg(
                 nonce=msg.nonce,
@@ -282,8 +278,8 @@ class Contestant:
         # Profiled under ncu until the reply: the output slot is the judge's to read only
         # then, so no work meanwhile may go unseen.
         with self.timer.harness(msg.annotation, msg.config_id, run, msg.nonce):
-            if snap is not None:
-                reasons += [f"mutated input {name}" for name in mutated(snap, (args, kwargs))]
+            if snap is not None and own is not None:
+                reasons += [f"mutated input {name}" for name in mutated(snap, own)]
             if self.job.check_aliasing:
                 reasons += [f"output aliases {name}" for name in aliased(out, (args, kwargs))]
             t2b = time.monotonic()
@@ -315,6 +311,24 @@ class Contestant:
         )
 
 
+def _only(ids: set[int], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``(args, kwargs)`` with every array not in ``ids`` (by id) left out, None when no
+    array is; names and nesting stay, so a finding still says ``args[1][0]``."""
+    if not ids:
+        return None
+
+    def keep(x: Any) -> Any:
+        if id(x) in ids:
+            return x
+        if isinstance(x, (list, tuple)):
+            return type(x)(keep(v) for v in x) if type(x) in (list, tuple) else None
+        if isinstance(x, dict):
+            return {k: keep(v) for k, v in x.items()}
+        return None
+
+    return (keep(args[0]), keep(args[1]))
+
+
 def _from_user_code(exc: BaseException) -> BaseException:
     """``exc`` with its traceback starting at the first frame outside this package: the
     harness's frames (the call loop, the timer's window) say nothing the candidate can act
@@ -333,105 +347,6 @@ def _user_modules() -> list[Any]:
         for name, m in list(sys.modules.items())
         if name.startswith("nspy_user_") and getattr(m, "__file__", None)
     ]
-
-
-# -- the `@kernel` mode --------------------------------------------------------------------
-
-
-RUN_SEED_BASE = 500_000
-
-
-class _RegionReporter:
-    """Writes what each annotated region of the `@kernel` mode gave: its samples (by the
-    job's backend, as the judge makes them for a request's calls), its end, its failure."""
-
-    def __init__(self, events: EventWriter, job: JobSpec) -> None:
-        from nsight_core.collectors import get_backend  # lazy: every backend, @kernel mode only
-
-        self.events = events
-        self.backend = get_backend(job.backend)
-        self.settings = JobSettings.from_wire(job.settings) if job.settings is not None else None
-        self.reported: set[int] = set()
-        """ids of the exceptions already reported inside a region."""
-
-    def on_range(self, key: RunKey, exc: BaseException | None, timing: RegionTiming | None) -> None:
-        if exc is not None:
-            self.reported.add(id(exc))
-        if timing is not None:
-            if self.settings is None:
-                raise ValueError("an in-process timer's job carries its settings")
-            ns, kernels = timing
-            for sample in self.backend.call_samples(key, ns, kernels, self.settings):
-                self.events.emit(sample)
-        self.events.emit(
-            RangeEvent(
-                annotation=key.annotation, config_id=key.config_id, run=key.run, ok=exc is None
-            )
-        )
-        if exc is not None:
-            self.events.emit(
-                failure_event(key.annotation, "profile", exc, config_id=key.config_id, run=key.run)
-            )
-
-
-def run_function_job(job: JobSpec, events: EventWriter, timer: CallTimer) -> int:
-    """Call the user's function per (config, run); it annotates itself. An in-process
-    ``timer`` times each region and its backend turns that into samples, as the judge does
-    for a request's calls; an external one (ncu) reads the NVTX ranges instead."""
-    import cloudpickle
-
-    assert job.function is not None
-    spec = job.function
-    timed = not timer.external
-    phase_seconds: dict[str, float] = {}
-    # The pickle holds the function and its bound configs: config values may be any
-    # picklable object (tuples, tensors' shapes, dataclasses), not only JSON.
-    fn, configs = cloudpickle.loads((Path(job.workdir) / spec.pickle_file).read_bytes())
-
-    reporter = _RegionReporter(events, job)
-    on_range, reported = reporter.on_range, reporter.reported
-
-    t0 = time.monotonic()
-    for cid, (args, kwargs) in enumerate(configs):
-        for _ in range(spec.warmup):
-            set_run_context(RunContext(config_id=cid, run=-1, profiling=False))
-            try:
-                fn(*args, **kwargs)
-                sync_all()
-            except Exception as exc:
-                events.emit(failure_event("<function>", "warmup", exc, config_id=cid))
-    phase_seconds["warmup"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    total, done = len(configs) * spec.runs, 0
-    for cid, (args, kwargs) in enumerate(configs):
-        for run in range(spec.runs):
-            seed_all(job.seed + RUN_SEED_BASE + run)
-            set_run_context(
-                RunContext(
-                    config_id=cid,
-                    run=run,
-                    profiling=True,
-                    on_range=on_range,
-                    sync=None if timed else sync_all,
-                    timer=timer.region if timed else None,
-                    nvtx=not timed,
-                )
-            )
-            try:
-                fn(*args, **kwargs)
-                sync_all()
-            except Exception as exc:
-                # Raised outside any annotation (inside ones are reported by on_range).
-                if id(exc) not in reported:
-                    events.emit(failure_event("<function>", "profile", exc, config_id=cid, run=run))
-            done += 1
-            events.emit(
-                ProgressEvent(phase="profile", config_id=cid, run=run, done=done, total=total)
-            )
-    set_run_context(None)
-    phase_seconds["profile"] = time.monotonic() - t0
-    events.emit(DoneEvent(phase_seconds=phase_seconds, device=None))
-    return int(JobExit.OK)
 
 
 def confine(job: ContestantJob) -> str | None:
@@ -454,32 +369,13 @@ def confine(job: ContestantJob) -> str | None:
     return None
 
 
-def _function_main(job_dir: Path) -> int:
-    """The `@kernel` mode: the user's own function, per (config, run)."""
-    try:
-        job = JobSpec.model_validate_json((job_dir / JOB_FILE).read_text())
-    except Exception as exc:
-        sys.stderr.write(f"nsight_core.contestant: bad job file: {exc}\n")
-        return int(JobExit.BAD_JOB)
-    events = EventWriter(job_dir / EVENTS_FILE)
-    if job.workdir not in sys.path:
-        sys.path.append(job.workdir)
-    try:
-        timer = call_timer(job.child_timer)
-        timer.start()  # nvtx or libcupti loaded now, so no profiled call pays for the import
-        return run_function_job(job, events, timer)
-    except Exception as exc:
-        events.emit(failure_event("<worker>", "profile", exc))
-        return int(JobExit.INTERNAL)
-
-
 def main(argv: list[str]) -> int:
     # Die with the parent (ncu, the judge or the pipeline). Not watch_parent_pipe: its
     # watcher would be a descendant that ncu waits for, and the job would never end. When the
     # judge dies its socket closes, and the contestant's watchdog ends the whole group.
     die_with_parent()
     if len(argv) == 3 and argv[1] == "--function":
-        code = _function_main(Path(argv[2]))
+        code = function_main(Path(argv[2]))
         exit_native(code, python_atexit=True)  # the user's function's own callbacks run
         return code
     prestarted = argv[3:] == ["--prestarted"]

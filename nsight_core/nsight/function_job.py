@@ -65,7 +65,7 @@ def _pickle_function(
     a wrapper, its info collectors) whose modules must travel too."""
     import cloudpickle  # lazy: only the caller of a @kernel function pickles
 
-    from nsight_core.nsight import pickling
+    from nsight_core.nsight import pickling  # lazy: imports cloudpickle, as above
 
     modules = _by_value_modules([func, *by_value])
     for m in modules:

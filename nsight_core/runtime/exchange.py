@@ -374,12 +374,25 @@ def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
     return out
 
 
+def _data_ptr(x: Any) -> int | None:
+    """Where an array's first element lives (torch, numpy, cupy); None for anything else."""
+    if hasattr(x, "data_ptr"):
+        return int(x.data_ptr())
+    if hasattr(x, "__array_interface__"):
+        return int(x.__array_interface__["data"][0])
+    ptr = getattr(getattr(x, "data", None), "ptr", None)
+    return int(ptr) if ptr is not None else None
+
+
 class SlotTable:
     """The contestant's view of the judge's slots."""
 
     def __init__(self) -> None:
         self._bufs: dict[int, Any] = {}
         self._maps: list[mmap.mmap] = []
+        self.copied: set[int] = set()
+        """ids of the last call's arrays that are copies, not views of their slot: the
+        judge cannot see writes into them (`Arena.read_inputs`)."""
 
     def attach(self, specs: list[SlotSpec]) -> None:
         for spec in specs:
@@ -398,7 +411,11 @@ class SlotTable:
         input is there for the judge to see (`Arena.read_inputs`); others are copies."""
         if isinstance(node, ArrayNode):
             assert node.slot is not None
-            return _rebuild(node, self._bufs[node.slot][: node.nbytes], fresh=False)
+            buf = self._bufs[node.slot][: node.nbytes]
+            out = _rebuild(node, buf, fresh=False)
+            if node.nbytes and _data_ptr(out) != _data_ptr(buf):
+                self.copied.add(id(out))
+            return out
         if isinstance(node, ValueNode):
             return _value_of(node)
         if isinstance(node, PickleNode):
