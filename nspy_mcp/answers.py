@@ -141,7 +141,8 @@ def verdict_text(result: ProfileResult) -> str:
     if noisy:
         more = min(1000, 2 * max(r.RequestedRuns for r in result.rows))
         parts.append(
-            f"{noisy} noisy row(s): usable, but their spread widens the intervals so fewer "
+            f"{noisy} noisy row(s) (spread or GPU clock: see Reasons): usable, but wider "
+            "intervals make fewer "
             f"comparisons resolve; add runs (e.g. runs={more}) to tighten them"
         )
     doubtful = sum(1 for r in result.rows if r.Trust in ("suspicious", "failed"))

@@ -270,7 +270,7 @@ async def test_the_message_says_what_to_act_on_and_what_noise_changes(
     for row in answer["rows"]:
         if row["Trust"] == "noisy":
             assert any("interval widened; add runs to tighten it" in r for r in row["Reasons"])
-            assert "noisy row(s): usable" in message
+            assert "noisy row(s) (spread or GPU clock: see Reasons): usable" in message
 
 
 # -- cancel after 'running' ---------------------------------------------------------------------
