@@ -193,3 +193,33 @@ def test_the_guards_streams_and_copy_cost_are_watched_once_bound() -> None:
     )
     assert any("WindowGuard().copy_ns_per_byte" in f for f in found)
     assert tampering_affects(get_backend("events"), found[0]) == "timer"
+
+
+def test_work_after_the_window_is_what_the_device_did_beyond_the_hosts_own_time() -> None:
+    # The readings of `Device._time_guarded` on a GPU, as numbers: on an idle device an
+    # interval between two records is the host's own time between them, which counts for
+    # nothing; work queued behind the end event, a copy longer than the host's time and two
+    # honest copies, a tail beyond the noise allowance and a thread still running do count.
+    from nsight_core.collectors.window_guard import (
+        RECORD_SLACK_NS,
+        TAIL_NOISE_NS,
+        AfterWindow,
+        WindowGuard,
+    )
+
+    guard = WindowGuard(streams=[], copy_base_ns=2_000.0, copy_ns_per_byte=0.001)
+    nbytes = 1 << 20  # an honest copy: 2 us + 1.05 us
+
+    def after(**kw: float) -> float:
+        base = dict(
+            gap_ns=4_000.0, host_gap_ns=4_000.0, copy_ns=3_000.0, host_copy_ns=9_000.0,
+            rest_ns=20_000.0, outlived_ns=0.0,
+        )  # fmt: skip
+        return guard.after_window(AfterWindow(**{**base, **kw}), nbytes)
+
+    assert after() == 0.0  # idle device, honest copy, quiet tail
+    assert after(gap_ns=30_000.0) == 30_000.0 - 4_000.0 - RECORD_SLACK_NS
+    assert after(copy_ns=40_000.0) == 40_000.0 - 9_000.0 - RECORD_SLACK_NS
+    assert after(copy_ns=40_000.0, host_copy_ns=1_000.0) == 40_000.0 - 2 * 3_048.576
+    assert after(rest_ns=TAIL_NOISE_NS + 7_000.0) == 7_000.0
+    assert after(outlived_ns=55_000.0) == 55_000.0
