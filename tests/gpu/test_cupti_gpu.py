@@ -30,9 +30,9 @@ NCU_TIME = "gpu__time_duration.sum"
 TOLERANCE_PCT = 3.0
 """The goal: cupti within 3 % of ncu per kernel (ncu against itself varies ~2 %) ..."""
 FIXED_NS = 600.0
-"""... plus CUPTI's fixed part: KERNEL records read a constant few hundred ns above ncu
-(docs/cupti.md: +0.38 to +0.46 us on the H200, a slope under 0.6 %), a large share only of
-short kernels; no correction is applied to rows, so the test allows it."""
+"""... plus CUPTI's fixed part: KERNEL records read a constant few hundred ns above ncu,
+a large share only of short kernels (docs/cupti.md has the measurement); no correction is
+applied to rows, so the test allows it."""
 
 needs_cupti = pytest.mark.skipif(
     importlib.util.find_spec("cupti") is None, reason="cupti-python is not installed"
