@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -180,6 +181,9 @@ class Outcome:
     stand_in: bool
     all_s: float
     staged_s: float
+    """Medians of the walls below."""
+    all_walls: list[float]
+    staged_walls: list[float]
     ratio: float
     goal: float
     screened: bool
@@ -205,7 +209,9 @@ def implied_costs(est: StagingEstimate, all_s: float, staged: ProfileResult) -> 
     return out
 
 
-def run_case(case: Case, runs: int, work: Path, stand_in: bool, force: bool) -> Outcome:
+def run_case(
+    case: Case, runs: int, work: Path, stand_in: bool, force: bool, repeats: int = 1
+) -> Outcome:
     real = ProfileRequest.model_validate(
         base_request(case.candidates, runs, work / "src", case.metrics)
         | {"stages": {"screen": "cupti", "top_k": TOP_K}}
@@ -228,12 +234,26 @@ def run_case(case: Case, runs: int, work: Path, stand_in: bool, force: bool) -> 
         all_request = real.model_copy(update={"stages": None})
         staged_request = real
         options = {"force_screen": force}
-    t0 = time.monotonic()
-    everything = run_profile_job(all_request, work / f"{case.name}-all", result_id="all")
-    all_s = time.monotonic() - t0
-    t0 = time.monotonic()
-    staged = run_staged(staged_request, work / f"{case.name}-staged", result_id="staged", **options)
-    staged_s = time.monotonic() - t0
+    all_walls: list[float] = []
+    staged_walls: list[float] = []
+    for i in range(repeats):
+        # Alternate which goes first: a later job finds caches and clocks warmer.
+        for label in ("all", "staged") if i % 2 == 0 else ("staged", "all"):
+            t0 = time.monotonic()
+            if label == "all":
+                everything = run_profile_job(
+                    all_request, work / f"{case.name}-all-{i}", result_id="all"
+                )
+                all_walls.append(time.monotonic() - t0)
+            else:
+                staged = run_staged(
+                    staged_request,
+                    work / f"{case.name}-staged-{i}",
+                    result_id="staged",
+                    **options,
+                )
+                staged_walls.append(time.monotonic() - t0)
+    all_s, staged_s = statistics.median(all_walls), statistics.median(staged_walls)
     screened = bool(staged.stages) and staged.stages[0].Status != "skipped"
     ranking = staged.stages[0].Ranking if staged.stages else []
     kept = [r.Annotation for r in ranking if r.Kept and r.Rank is not None and r.Rank <= TOP_K]
@@ -247,6 +267,8 @@ def run_case(case: Case, runs: int, work: Path, stand_in: bool, force: bool) -> 
         stand_in=stand_in,
         all_s=all_s,
         staged_s=staged_s,
+        all_walls=all_walls,
+        staged_walls=staged_walls,
         ratio=staged_s / all_s if all_s > 0 else float("nan"),
         goal=case.goal,
         screened=screened,
@@ -266,14 +288,27 @@ def run_case(case: Case, runs: int, work: Path, stand_in: bool, force: bool) -> 
     )
 
 
+def _walls(walls: list[float]) -> str:
+    return "/".join(f"{w:.1f}" for w in walls)
+
+
 def report(o: Outcome) -> list[str]:
     e = o.estimate
-    met = "met" if o.ratio <= o.goal else "NOT met"
+    # The all-under-ncu job against itself: a ratio within that spread is no difference.
+    spread = max(o.all_walls) / min(o.all_walls) if len(o.all_walls) > 1 else 1.0
+    met = (
+        "met"
+        if o.ratio <= o.goal
+        else f"met within noise (all vs all: {spread:.3f})"
+        if o.ratio <= o.goal * spread
+        else "NOT met"
+    )
     lines = [
         f"[{o.case}] staged / all: {o.ratio:.3f} (goal <= {o.goal}: {met})"
         + (" [events standing in for ncu]" if o.stand_in else ""),
         f"  all under ncu: {o.all_s:.1f} s; staged: {o.staged_s:.1f} s "
-        f"({'screened' if o.screened else 'screen skipped'})",
+        f"({'screened' if o.screened else 'screen skipped'}; medians of "
+        f"{len(o.all_walls)}: all {_walls(o.all_walls)}, staged {_walls(o.staged_walls)})",
         f"  estimate: screen {e['screen_s']:.1f} s + ncu top {TOP_K} {e['kept_ncu_s']:.1f} s = "
         f"{e['staged_s']:.1f} s against ncu over all {e['all_ncu_s']:.1f} s "
         f"({e['calls_per_config']} calls per config, {e['passes']} passes): "
@@ -299,8 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="runs per candidate")
     p.add_argument("--cases", nargs="*", default=[c.name for c in CASES], help="which goals")
     p.add_argument("--force-screen", action="store_true", help="screen every case")
+    p.add_argument(
+        "--repeats", type=int, default=1, help="pairs per case, in alternating order (medians)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the numbers here")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="nspy-bench-stages-") as tmp:
         work = Path(tmp)
@@ -308,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         stand_in = not ncu_here(probe)
         for case in CASES:
             if case.name in args.cases:
-                outcomes.append(run_case(case, args.runs, work, stand_in, args.force_screen))
+                outcomes.append(
+                    run_case(case, args.runs, work, stand_in, args.force_screen, args.repeats)
+                )
     lines = [f"runs {args.runs}, shape {CPU_SHAPE if stand_in else SHAPE}, top_k {TOP_K}"]
     for o in outcomes:
         lines += report(o)
