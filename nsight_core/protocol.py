@@ -397,8 +397,7 @@ class ContestantJob(_Msg):
     check_mutation: bool = True
     check_aliasing: bool = True
     confine: Literal["on", "off"] = "off"
-    """Restrict the contestant's file access (Landlock) to the workdir, its private
-    directory, the slots and what Python and CUDA need; the store stays out of reach."""
+    """Confine the contestant's files (Landlock): workdir, its own, slots, Python and CUDA."""
     read_dirs: list[str] = Field(default_factory=list)
     write_dirs: list[str] = Field(default_factory=list)
 
@@ -413,6 +412,8 @@ class CallMsg(_Msg):
     inputs: Node
     out_slots: list[int] = Field(default_factory=list)
     want_output: bool = True
+    mask: str | None = None
+    """Hex of the 8 bytes the input slots hold XORed until the call (`Backend.masks_inputs`)."""
 
 
 class ExitMsg(_Msg):

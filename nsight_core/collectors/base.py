@@ -84,6 +84,11 @@ class Backend(ABC):
     settings_apply: ClassVar[bool]
     """Whether cache_control, clock_control and replay_mode mean anything here (rows record
     them only then)."""
+    masks_inputs: ClassVar[bool] = False
+    """Whether the judge masks a call's inputs in their slots until the call starts: a
+    thread of the contestant could otherwise compute from them before the window opens,
+    where only a profiler's view of the whole process would see it (ncu: foreign work;
+    cupti: another thread's launches)."""
 
     def preflight(self, settings: JobSettings) -> None:
         """Refuse settings this backend cannot honour, before anything starts."""

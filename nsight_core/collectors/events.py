@@ -216,16 +216,24 @@ class Device:
         end.synchronize()
         return out, float(cupy.cuda.get_elapsed_time(start, end)) * 1e6
 
-    def time_checked(self, fn: Callable[[], Any]) -> Checked:
+    def time_checked(
+        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None
+    ) -> Checked:
         """Run ``fn`` once as a timed call; its time, and what the timer saw after the window.
 
         The output is copied as the window left it (`Checked.snapshot`: the contestant
         compares it with the output once that is in the judge's slot, `output_changed`).
         On torch's CUDA device that copy is queued right behind the end event on the
-        harness's stream, and the window is guarded (`WindowGuard`).
+        harness's stream, and the window is guarded (`WindowGuard`). ``prelude`` (the
+        inputs' unmasking) runs on the harness's stream behind the hold there, so the inputs
+        can be read only once the window's start is queued; elsewhere right before the
+        clock starts.
         """
         if self.kind == "torch-cuda":
-            return self._time_guarded(fn)
+            return self._time_guarded(fn, prelude)
+        if prelude is not None:
+            prelude()
+            self.sync()
         if self.kind == "cupy":
             out, ns = self.time_call(fn)
             return Checked(out, ns, None, None, snapshot_inputs(((out,), {})))
@@ -236,7 +244,9 @@ class Device:
         born = [t for t in threading.enumerate() if t not in before]
         return Checked(out, ns, outlived(born, t_ret), ns, snap)
 
-    def _time_guarded(self, fn: Callable[[], Any]) -> Checked:
+    def _time_guarded(
+        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None
+    ) -> Checked:
         torch = sys.modules["torch"]
         self.sync()
         self.flush_l2()
@@ -248,8 +258,10 @@ class Device:
 
         start, end, copy_start, copied, idle, woke = (event() for _ in range(6))
         held = self.stream_hold.hold(torch)
+        t0 = time.perf_counter_ns()  # the hold covers the unmasking's launch too
+        if prelude is not None:
+            prelude()
         before = set(threading.enumerate())
-        t0 = time.perf_counter_ns()
         start.record()
         guard.hold_others(torch, start)
         t_call = time.perf_counter_ns()
@@ -388,6 +400,7 @@ class EventsBackend(Backend):
     default_metric = EVENTS_METRIC
     any_metric = False
     settings_apply = False
+    masks_inputs = True
 
     def preflight(self, settings: JobSettings) -> None:
         """Time only, as the base says; the host-inclusive latency may be asked for too."""

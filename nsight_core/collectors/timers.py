@@ -119,10 +119,19 @@ class CallTimer(ABC):
         """Run ``fn`` once as the timed call ``key``."""
 
     def timed_call(
-        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
+        self,
+        device: Device,
+        key: RunKey,
+        nonce: str,
+        fn: Callable[[], Any],
+        prelude: Callable[[], None] | None = None,
     ) -> TimedCall:
         """Run ``fn`` once as the timed call ``key``, which the judge sent with ``nonce``:
-        only a timer whose ranges a profiler reads names the call by it."""
+        only a timer whose ranges a profiler reads names the call by it. ``prelude`` (the
+        inputs' unmasking) runs first; a timer that holds the device's stream runs it
+        behind the hold, so the inputs are readable only once the window opens."""
+        if prelude is not None:
+            prelude()
         return self.time_call(device, key, fn)
 
     def untimed_call(
@@ -177,10 +186,17 @@ class RangeTimer(CallTimer):
         return self._in_range(key.range_name(), fn)
 
     def timed_call(
-        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
+        self,
+        device: Device,
+        key: RunKey,
+        nonce: str,
+        fn: Callable[[], Any],
+        prelude: Callable[[], None] | None = None,
     ) -> TimedCall:
         # The nonce is the judge's for this call: a range of this name that the judge did
         # not issue, or out of the order it issued them, is forged (collectors/ranges.py).
+        if prelude is not None:
+            prelude()
         return self._in_range(key.range_name(nonce), fn)
 
     def untimed_call(
@@ -239,7 +255,23 @@ class ClockTimer(CallTimer):
 
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
         """The window, and what ran after it (`window_guard.WindowGuard`, collectors/late.py)."""
-        got = self._time_call(device, fn)
+        return self._timed(device, fn, None)
+
+    def timed_call(
+        self,
+        device: Device,
+        key: RunKey,
+        nonce: str,
+        fn: Callable[[], Any],
+        prelude: Callable[[], None] | None = None,
+    ) -> TimedCall:
+        # The unmasking runs behind the stream hold (`Device.time_checked`), not before it.
+        return self._timed(device, fn, prelude)
+
+    def _timed(
+        self, device: Device, fn: Callable[[], Any], prelude: Callable[[], None] | None
+    ) -> TimedCall:
+        got = self._time_call(device, fn, prelude)
         return TimedCall(
             got.out, got.ns, after_ns=got.after_ns, latency_ns=got.latency_ns, snapshot=got.snapshot
         )

@@ -229,7 +229,10 @@ class Contestant:
             with harness:
                 self.slots.attach(msg.new_slots)
                 self.slots.copied.clear()
-                args, kwargs = self.slots.materialize(msg.inputs)
+                mask = bytes.fromhex(msg.mask) if msg.mask else None
+                args, kwargs = self.slots.materialize(msg.inputs, mask)
+                if run is None:  # untimed: nothing to gain from reading the inputs early
+                    self.slots.unmask()
                 if self.device is None:
                     self.device = detect_device((args, kwargs))
                 self.device.sync()
@@ -261,6 +264,7 @@ class Contestant:
                     RunKey(msg.annotation, msg.config_id, run),
                     msg.nonce,
                     lambda: fn(*args, **kwargs),
+                    self.slots.unmask,  # the inputs become readable as the window opens
                 )
                 out, ns, kernels, outside = timed.out, timed.ns, timed.kernels, timed.outside
                 late = timed

@@ -405,7 +405,8 @@ class Judge:
         self.current = (ann, cid, run)
         t0 = time.perf_counter()
         new: list[SlotSpec] = []
-        node = self.arena.encode_inputs(inputs, f"c{cid}", new)
+        mask = secrets.token_bytes(8) if self.backend.masks_inputs else None
+        node = self.arena.encode_inputs(inputs, f"c{cid}", new, mask)
         check = self.req.check.enabled
         out_slots = self.arena.output_slots(expected, f"c{cid}", new) if check else []
         sync_all()
@@ -420,6 +421,7 @@ class Judge:
             inputs=node,
             out_slots=out_slots,
             want_output=check,
+            mask=mask.hex() if mask is not None else None,
         )
         self.judge_s += time.perf_counter() - t0
         if run is not None:

@@ -124,6 +124,28 @@ def _copy_in(buf: Any, x: Any, fw: str) -> None:
     buf[: host.size] = host
 
 
+def xor_bytes(buf: Any, nbytes: int, key: bytes) -> None:
+    """XOR a slot's first ``nbytes`` with ``key`` (8 bytes, repeated) in place: the mask
+    that keeps a call's inputs unreadable in a shared slot until its call starts. Its own
+    inverse; on a device buffer it is two kernels on the current stream."""
+    n8 = nbytes // 8 * 8
+    word = int.from_bytes(key, "little", signed=True)
+    tail = key[: nbytes - n8]
+    if _is_device_buf(buf):
+        torch = _torch()
+        if n8:
+            buf[:n8].view(torch.int64).bitwise_xor_(word)
+        if tail:
+            pad = torch.tensor(list(tail), dtype=torch.uint8, device=buf.device)
+            buf[n8:nbytes].bitwise_xor_(pad)
+        return
+    if n8:
+        view = buf[:n8].view(np.int64)
+        np.bitwise_xor(view, np.int64(word), out=view)
+    if tail:
+        buf[n8:nbytes] ^= np.frombuffer(tail, dtype=np.uint8)
+
+
 def _device_of(x: Any, fw: str) -> str:
     if fw == "torch":
         return "cuda" if x.is_cuda else str(x.device.type)
@@ -224,9 +246,17 @@ class Arena:
         return slot
 
     # -- inputs ---------------------------------------------------------------------------
-    def encode_inputs(self, obj: Any, key: str, new: list[SlotSpec]) -> Node:
-        """Describe ``obj`` and copy its arrays into slots keyed by ``key`` and path."""
-        return self._encode(obj, (key, "in"), new)
+    def encode_inputs(
+        self, obj: Any, key: str, new: list[SlotSpec], mask: bytes | None = None
+    ) -> Node:
+        """Describe ``obj`` and copy its arrays into slots keyed by ``key`` and path; with
+        ``mask``, each slot holds its bytes XORed with it until the contestant's call
+        starts (`SlotTable.unmask`)."""
+        node = self._encode(obj, (key, "in"), new)
+        if mask is not None:
+            for slot_id, nbytes in _array_slots(node):
+                xor_bytes(self._slots[slot_id].buf, nbytes, mask)
+        return node
 
     def _encode(self, x: Any, path: tuple[str, ...], new: list[SlotSpec]) -> Node:
         fw = array_kind(x)
@@ -374,6 +404,16 @@ def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
     return out
 
 
+def _array_slots(node: Node) -> Iterator[tuple[int, int]]:
+    """(slot, bytes) of every array a node describes."""
+    if isinstance(node, ArrayNode):
+        if node.slot is not None and node.nbytes:
+            yield node.slot, node.nbytes
+    elif isinstance(node, SeqNode | DictNode):
+        for item in node.items:
+            yield from _array_slots(item)
+
+
 def _data_ptr(x: Any) -> int | None:
     """Where an array's first element lives (torch, numpy, cupy); None for anything else."""
     if hasattr(x, "data_ptr"):
@@ -393,6 +433,8 @@ class SlotTable:
         self.copied: set[int] = set()
         """ids of the last call's arrays that are copies, not views of their slot: the
         judge cannot see writes into them (`Arena.read_inputs`)."""
+        self._masked: list[tuple[Any, int, bytes]] = []
+        """Slots the last call's views still see masked: (buffer, bytes, mask)."""
 
     def attach(self, specs: list[SlotSpec]) -> None:
         for spec in specs:
@@ -405,27 +447,44 @@ class SlotTable:
                 self._maps.append(mm)
                 self._bufs[spec.slot] = np.frombuffer(mm, dtype=np.uint8, count=spec.nbytes)
 
-    def materialize(self, node: Node) -> Any:
+    def materialize(self, node: Node, mask: bytes | None = None) -> Any:
         """The call's arguments: arrays are views of the judge's slots where their layout
         allows (a dense array on the slot's own device), so whatever the call writes into an
-        input is there for the judge to see (`Arena.read_inputs`); others are copies."""
+        input is there for the judge to see (`Arena.read_inputs`); others are copies.
+
+        With the judge's ``mask`` the slots hold masked bytes: a copy is unmasked before it
+        is made, a view stays masked until `unmask` (as the call starts)."""
         if isinstance(node, ArrayNode):
             assert node.slot is not None
             buf = self._bufs[node.slot][: node.nbytes]
             out = _rebuild(node, buf, fresh=False)
             if node.nbytes and _data_ptr(out) != _data_ptr(buf):
+                if mask is not None:  # made from masked bytes: again, from the inputs
+                    xor_bytes(buf, node.nbytes, mask)
+                    out = _rebuild(node, buf, fresh=False)
                 self.copied.add(id(out))
+            elif mask is not None and node.nbytes:
+                self._masked.append((buf, node.nbytes, mask))
             return out
         if isinstance(node, ValueNode):
             return _value_of(node)
         if isinstance(node, PickleNode):
             return pickle.loads(base64.b64decode(node.data))
         if isinstance(node, SeqNode):
-            items = [self.materialize(i) for i in node.items]
+            items = [self.materialize(i, mask) for i in node.items]
             return tuple(items) if node.kind == "tuple" else items
         if isinstance(node, DictNode):
-            return {k: self.materialize(v) for k, v in zip(node.keys, node.items, strict=True)}
+            return {
+                k: self.materialize(v, mask) for k, v in zip(node.keys, node.items, strict=True)
+            }
         raise ValueError(f"cannot materialize a {node.kind} node")
+
+    def unmask(self) -> None:
+        """Unmask the views of the last `materialize`: on a device, queued on the current
+        stream, so they read the inputs only once the stream gets there."""
+        while self._masked:  # the same list: the watch holds its identity
+            buf, nbytes, mask = self._masked.pop()
+            xor_bytes(buf, nbytes, mask)
 
     def write_output(self, out: Any, out_slots: list[int]) -> Node:
         """Describe ``out`` and copy its arrays into the judge's output slots, in order."""

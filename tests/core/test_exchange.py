@@ -104,3 +104,32 @@ def test_numpy_jobs_need_no_torch(tmp_path: Path) -> None:
         check=False,
     )
     assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stderr
+
+
+def test_masked_inputs_are_unreadable_in_their_slots_until_the_call_starts(tmp_path: Path) -> None:
+    # Under events the judge masks a call's inputs: a thread polling a slot before the call
+    # message arrives reads noise. A view stays masked until `unmask` (as the window opens);
+    # a copy (a strided array) is made from the unmasked bytes at once; after the call the
+    # judge reads the inputs back as they were (its mutation check compares them).
+    import torch
+
+    rng = np.random.default_rng(1)
+    dense = rng.standard_normal((5, 9)).astype(np.float32)  # 180 bytes: 22 words and a tail
+    tensor = torch.arange(10, dtype=torch.float64)
+    inputs = (dense, {"t": tensor, "strided": tensor.reshape(2, 5).t()})
+    arena = Arena(tmp_path / "arena", cuda_ipc=False)
+    new: list[SlotSpec] = []
+    node = arena.encode_inputs(inputs, "c0", new, mask=bytes.fromhex("0123456789abcdef"))
+    table = SlotTable()
+    table.attach(new)
+    seen_dense, seen = table.materialize(node, bytes.fromhex("0123456789abcdef"))
+
+    assert not np.array_equal(seen_dense, dense) and not torch.equal(seen["t"], tensor)
+    assert torch.equal(seen["strided"], tensor.reshape(2, 5).t())  # a copy: unmasked now
+    table.unmask()
+    np.testing.assert_array_equal(seen_dense, dense)
+    assert torch.equal(seen["t"], tensor)
+    back_dense, back = arena.read_inputs(node, inputs)
+    np.testing.assert_array_equal(back_dense, dense)
+    assert torch.equal(back["t"], tensor)
+    arena.close()
