@@ -124,26 +124,37 @@ def _copy_in(buf: Any, x: Any, fw: str) -> None:
     buf[: host.size] = host
 
 
-def xor_bytes(buf: Any, nbytes: int, key: bytes) -> None:
+def xor_bytes(buf: Any, nbytes: int, key: bytes, tail: Any = None) -> None:
     """XOR a slot's first ``nbytes`` with ``key`` (8 bytes, repeated) in place: the mask
     that keeps a call's inputs unreadable in a shared slot until its call starts. Its own
-    inverse; on a device buffer it is two kernels on the current stream."""
+    inverse. On a device buffer it queues at most two kernels on the current stream and
+    never synchronizes, given ``tail`` (`xor_tail`) for the last ``nbytes % 8`` bytes."""
     n8 = nbytes // 8 * 8
     word = int.from_bytes(key, "little", signed=True)
-    tail = key[: nbytes - n8]
+    if n8 < nbytes and tail is None:
+        tail = xor_tail(buf, nbytes, key)
     if _is_device_buf(buf):
-        torch = _torch()
         if n8:
-            buf[:n8].view(torch.int64).bitwise_xor_(word)
-        if tail:
-            pad = torch.tensor(list(tail), dtype=torch.uint8, device=buf.device)
-            buf[n8:nbytes].bitwise_xor_(pad)
+            buf[:n8].view(_torch().int64).bitwise_xor_(word)
+        if tail is not None:
+            buf[n8:nbytes].bitwise_xor_(tail)
         return
     if n8:
         view = buf[:n8].view(np.int64)
         np.bitwise_xor(view, np.int64(word), out=view)
-    if tail:
-        buf[n8:nbytes] ^= np.frombuffer(tail, dtype=np.uint8)
+    if tail is not None:
+        buf[n8:nbytes] ^= tail
+
+
+def xor_tail(buf: Any, nbytes: int, key: bytes) -> Any:
+    """The key's bytes for the last ``nbytes % 8`` bytes, where ``buf`` lives (None: no
+    tail). Made ahead of time: on a device it is a host-to-device copy, which waits."""
+    rest = key[: nbytes % 8]
+    if not rest:
+        return None
+    if _is_device_buf(buf):
+        return _torch().tensor(list(rest), dtype=_torch().uint8, device=buf.device)
+    return np.frombuffer(rest, dtype=np.uint8)
 
 
 def _device_of(x: Any, fw: str) -> str:
@@ -433,8 +444,8 @@ class SlotTable:
         self.copied: set[int] = set()
         """ids of the last call's arrays that are copies, not views of their slot: the
         judge cannot see writes into them (`Arena.read_inputs`)."""
-        self._masked: list[tuple[Any, int, bytes]] = []
-        """Slots the last call's views still see masked: (buffer, bytes, mask)."""
+        self._masked: list[tuple[Any, int, bytes, Any]] = []
+        """Slots the last call's views still see masked: (buffer, bytes, mask, tail)."""
 
     def attach(self, specs: list[SlotSpec]) -> None:
         for spec in specs:
@@ -464,7 +475,8 @@ class SlotTable:
                     out = _rebuild(node, buf, fresh=False)
                 self.copied.add(id(out))
             elif mask is not None and node.nbytes:
-                self._masked.append((buf, node.nbytes, mask))
+                tail = xor_tail(buf, node.nbytes, mask)  # now: unmasking must not wait
+                self._masked.append((buf, node.nbytes, mask, tail))
             return out
         if isinstance(node, ValueNode):
             return _value_of(node)
@@ -483,8 +495,8 @@ class SlotTable:
         """Unmask the views of the last `materialize`: on a device, queued on the current
         stream, so they read the inputs only once the stream gets there."""
         while self._masked:  # the same list: the watch holds its identity
-            buf, nbytes, mask = self._masked.pop()
-            xor_bytes(buf, nbytes, mask)
+            buf, nbytes, mask, tail = self._masked.pop()
+            xor_bytes(buf, nbytes, mask, tail)
 
     def write_output(self, out: Any, out_slots: list[int]) -> Node:
         """Describe ``out`` and copy its arrays into the judge's output slots, in order."""
