@@ -63,13 +63,11 @@ class WindowGuard:
     call makes by other means (cupy's blocking streams wait for torch's legacy default
     stream anyway; a non-blocking stream made through the driver does not) stay in reach.
 
-    After the window: the output is copied on the harness's stream (`Device.time_checked`),
-    the whole device is synchronized, and an event then recorded says how long the device
-    stayed busy after the window's end; the same synchronization on the idle device right
-    after gives the host's own wake-up, which is subtracted, and so is the copy up to
-    `COPY_MARGIN` dense copies of its bytes (beyond that, work done in the copy counts).
-    Both are bound at the first hold (the reference's first timed call, before any
-    candidate exists) and watched like the hold."""
+    After the window: the output is copied on the harness's stream (`Device.time_checked`)
+    and the device synchronized; `after_window` turns what the events and the host clock
+    read into the work the call left behind. The streams and the honest copy's cost are
+    bound at the first hold (the reference's first timed call, before any candidate
+    exists) and watched like the hold."""
 
     streams: list[Any] | None = None
     """torch's streams a candidate can get without a handle (`torch_streams`)."""
