@@ -126,12 +126,19 @@ class CallTimer(ABC):
         fn: Callable[[], Any],
         prelude: Callable[[], None] | None = None,
     ) -> TimedCall:
-        """Run ``fn`` once as the timed call ``key``, which the judge sent with ``nonce``:
-        only a timer whose ranges a profiler reads names the call by it. ``prelude`` (the
-        inputs' unmasking) runs first; a timer that holds the device's stream runs it
-        behind the hold, so the inputs are readable only once the window opens."""
+        """Run ``fn`` once as the timed call ``key``, which the judge sent with ``nonce``.
+        ``prelude`` (the inputs' unmasking) runs first; a timer that holds the device's
+        stream runs it behind the hold, so the inputs are readable only once the window
+        opens."""
         if prelude is not None:
             prelude()
+        return self._timed_named(device, key, nonce, fn)
+
+    def _timed_named(
+        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
+    ) -> TimedCall:
+        """The timed call, its inputs readable: only a timer whose ranges a profiler reads
+        names the call by ``nonce``."""
         return self.time_call(device, key, fn)
 
     def untimed_call(
@@ -185,18 +192,11 @@ class RangeTimer(CallTimer):
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
         return self._in_range(key.range_name(), fn)
 
-    def timed_call(
-        self,
-        device: Device,
-        key: RunKey,
-        nonce: str,
-        fn: Callable[[], Any],
-        prelude: Callable[[], None] | None = None,
+    def _timed_named(
+        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
     ) -> TimedCall:
         # The nonce is the judge's for this call: a range of this name that the judge did
         # not issue, or out of the order it issued them, is forged (collectors/ranges.py).
-        if prelude is not None:
-            prelude()
         return self._in_range(key.range_name(nonce), fn)
 
     def untimed_call(

@@ -63,6 +63,7 @@ from nsight_core.protocol import (
 from nsight_core.runtime.check import aliased, mutated, snapshot_inputs
 from nsight_core.runtime.early_cuda import EarlyCuda
 from nsight_core.runtime.exchange import SlotTable
+from nsight_core.runtime.leaves import leaves
 from nsight_core.runtime.loader import load_callable
 from nsight_core.runtime.process import (
     FRAMEWORKS,
@@ -240,7 +241,11 @@ class Contestant:
                 # Mutation is the judge's finding, from its own input slots (judge/core.py);
                 # only arrays that are copies of their slot (a strided layout, a device
                 # crossing) are compared here, so no other copy adds harness kernels.
-                own = _only(self.slots.copied, (args, kwargs)) if self.job.check_mutation else None
+                own = (
+                    _copied_roots(self.slots.copied, args, kwargs)
+                    if self.job.check_mutation
+                    else None
+                )
                 snap = snapshot_inputs(own) if own is not None else None
         except Exception as exc:
             return ReplyMsg(
@@ -315,22 +320,14 @@ class Contestant:
         )
 
 
-def _only(ids: set[int], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """``(args, kwargs)`` with every array not in ``ids`` (by id) left out, None when no
-    array is; names and nesting stay, so a finding still says ``args[1][0]``."""
-    if not ids:
+def _copied_roots(ids: set[int], args: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments, by name (``args[1]``, ``x``), that hold an array in ``ids`` (copies of
+    their slots); None when none does."""
+    if not ids:  # the common case: every array is a view of its slot
         return None
-
-    def keep(x: Any) -> Any:
-        if id(x) in ids:
-            return x
-        if isinstance(x, (list, tuple)):
-            return type(x)(keep(v) for v in x) if type(x) in (list, tuple) else None
-        if isinstance(x, dict):
-            return {k: keep(v) for k, v in x.items()}
-        return None
-
-    return (keep(args[0]), keep(args[1]))
+    roots = {f"args[{i}]": v for i, v in enumerate(args)} | {str(k): v for k, v in kwargs.items()}
+    own = {name: v for name, v in roots.items() if any(id(x) in ids for x in leaves(v))}
+    return own or None
 
 
 def _from_user_code(exc: BaseException) -> BaseException:
