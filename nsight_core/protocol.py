@@ -472,6 +472,8 @@ class ReplyMsg(_Msg):
     after_ns: float | None = None
     """Clock timer on a GPU: how long the device stayed busy after the window beyond an honest
     call's wake-up, plus the output's copy beyond a dense copy's time (collectors/late.py)."""
+    after_parts: dict[str, float] | None = None
+    """``after_ns`` by where the work ran (`window_guard.AFTER_PARTS`), for the Reason."""
     latency_ns: float | None = None
     """Clock timer: the call's host-inclusive latency, where ``ns`` is its GPU window."""
     integrity: list[str] = Field(default_factory=list)

@@ -21,7 +21,7 @@ methods, and `register` an instance; `collectors/__init__.py` imports the module
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -142,13 +142,17 @@ class Backend(ABC):
         return [] if ns is None else [SampleEvent.of(key, self.default_metric, ns)]
 
     def late_work(
-        self, config_id: int, calls: Sequence[tuple[float | None, float | None]]
+        self,
+        config_id: int,
+        calls: Sequence[tuple[float | None, float | None]],
+        parts: Sequence[Mapping[str, float]] = (),
     ) -> str | None:
         """The Reason one annotation's timed calls on one config call for, each ``(time,
         work after the window)`` as its timer reported them (`ReplyMsg.after_ns`), when the
         work after the windows is beyond noise (collectors/late.py); the judge makes that
-        annotation's rows suspicious. None when nothing was measured or it is within noise."""
-        return late_work_reason(config_id, calls)
+        annotation's rows suspicious. None when nothing was measured or it is within noise.
+        ``parts``: each call's work after the window by where it ran, for the Reason."""
+        return late_work_reason(config_id, calls, parts)
 
     def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
         """Notes only this backend's numbers call for (cupti: host-bound calls); the rows'

@@ -145,6 +145,8 @@ class Checked:
     """Host-inclusive latency (`EVENTS_LATENCY`; None: not measured here)."""
     snapshot: Any = None
     """The output as the window left it (`output_changed`)."""
+    after_parts: dict[str, float] | None = None
+    """``after_ns`` by where the work ran (`window_guard.AFTER_PARTS`)."""
 
 
 @dataclass
@@ -242,7 +244,8 @@ class Device:
         t_ret = time.perf_counter_ns()
         snap = snapshot_inputs(((out,), {}))  # before anything else touches it
         born = [t for t in threading.enumerate() if t not in before]
-        return Checked(out, ns, outlived(born, t_ret), ns, snap)
+        ran_on = outlived(born, t_ret)
+        return Checked(out, ns, ran_on, ns, snap, {"thread": ran_on})
 
     def _time_guarded(
         self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None
@@ -291,8 +294,8 @@ class Device:
             rest_ns=float(copied.elapsed_time(idle) - idle.elapsed_time(woke)) * 1e6,
             outlived_ns=ran_on,
         )
-        after = guard.after_window(seen, _nbytes(out))
-        return Checked(out, ns, after, float(t_ret - t_call) + ns, snap)
+        parts = guard.after_parts(seen, _nbytes(out))
+        return Checked(out, ns, sum(parts.values()), float(t_ret - t_call) + ns, snap, parts)
 
 
 def output_changed(snapshot: Any, out: Any) -> list[str]:

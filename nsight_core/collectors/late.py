@@ -20,7 +20,9 @@ candidate that leaves work behind on every call is flagged.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from nsight_core.collectors.window_guard import AFTER_PARTS
 
 AFTER_FLOOR_NS = 10_000.0
 """Flag only when the median work after the window exceeds 10 us in all: the device-side
@@ -33,11 +35,14 @@ less than this would not change a ranking."""
 
 
 def late_work_reason(
-    config_id: int, calls: Sequence[tuple[float | None, float | None]]
+    config_id: int,
+    calls: Sequence[tuple[float | None, float | None]],
+    parts: Sequence[Mapping[str, float]] = (),
 ) -> str | None:
     """The Reason for one annotation's timed calls on one config, each ``(window ns, after
     ns)``; None when the timer measured nothing after its windows or the median stays within
-    the limit."""
+    the limit. ``parts`` (each call's after ns by where it ran, `WindowGuard.after_parts`)
+    lets the Reason say where, so the fix is clear."""
     after = [a for _w, a in calls if a is not None]
     if not after:
         return None
@@ -51,7 +56,19 @@ def late_work_reason(
         f"work ran after the timed window closed (config {config_id}): the device stayed "
         f"busy a median {med_after / 1e3:.3g} us past the window's end (window median "
         f"{med_window / 1e3:.3g} us; flagged above {AFTER_FLOOR_NS / 1e3:g} us and "
-        f"{AFTER_REL:g}x the window), so the time leaves part of the call out: a stream "
-        "never joined to the caller's, a thread still working after the call returned, or "
-        "work in the output's copy. Join every stream to the current one before returning"
+        f"{AFTER_REL:g}x the window{_where(parts)}), so the time leaves part of the call "
+        "out: a stream never joined to the caller's, a thread still working after the call "
+        "returned, or work in the output's copy. Join every stream to the current one "
+        "before returning"
     )
+
+
+def _where(parts: Sequence[Mapping[str, float]]) -> str:
+    """'; medians by where: ...' for the parts whose median is not zero ('' when none)."""
+    found = []
+    for key, words in AFTER_PARTS.items():
+        seen = [p.get(key, 0.0) for p in parts]
+        med = statistics.median(seen) if seen else 0.0
+        if med > 0.0:
+            found.append(f"{words} {med / 1e3:.3g} us")
+    return f"; medians by where it ran: {', '.join(found)}" if found else ""

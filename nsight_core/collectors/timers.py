@@ -71,6 +71,8 @@ class TimedCall:
     """Kernels another thread launched since the previous timed call (cupti)."""
     after_ns: float | None = None
     """Work seen after the window beyond an honest call's, ns (None: not measured)."""
+    after_parts: dict[str, float] | None = None
+    """``after_ns`` by where the work ran (`window_guard.AFTER_PARTS`)."""
     latency_ns: float | None = None
     """The call's host-inclusive latency, ns, where the timer's own number excludes it."""
     snapshot: Any = None
@@ -273,7 +275,12 @@ class ClockTimer(CallTimer):
     ) -> TimedCall:
         got = self._time_call(device, fn, prelude)
         return TimedCall(
-            got.out, got.ns, after_ns=got.after_ns, latency_ns=got.latency_ns, snapshot=got.snapshot
+            got.out,
+            got.ns,
+            after_ns=got.after_ns,
+            after_parts=got.after_parts,
+            latency_ns=got.latency_ns,
+            snapshot=got.snapshot,
         )
 
 

@@ -94,7 +94,12 @@ class WindowGuard:
         return self.copy_base_ns + self.copy_ns_per_byte * nbytes
 
     def after_window(self, seen: AfterWindow, nbytes: int) -> float:
-        """Work a call left after its window (ns), from what `_time_guarded` read.
+        """Work a call left after its window (ns): the sum of `after_parts`."""
+        return sum(self.after_parts(seen, nbytes).values())
+
+    def after_parts(self, seen: AfterWindow, nbytes: int) -> dict[str, float]:
+        """Work a call left after its window (ns), by where it ran (`AFTER_PARTS`), from
+        what `_time_guarded` read.
 
         Work queued on the harness's stream behind the window shows as a device gap between
         the end event and the copy's start, and work done in the copy as a longer copy; on
@@ -103,12 +108,24 @@ class WindowGuard:
         time after the copy is read through a host synchronization, so only what exceeds
         `TAIL_NOISE_NS` counts. A thread the call started that still runs after its copy
         counts for as long as it ran on."""
-        late = max(seen.gap_ns - seen.host_gap_ns - RECORD_SLACK_NS, 0.0)
         allowed = seen.host_copy_ns + RECORD_SLACK_NS
         if self.copy_ns_per_byte:  # the copy's honest part is the harness's, not the call's
             allowed = max(allowed, COPY_MARGIN * self.honest_copy_ns(nbytes))
-        late += max(seen.copy_ns - allowed, 0.0)
-        return late + max(seen.rest_ns - TAIL_NOISE_NS, 0.0) + seen.outlived_ns
+        return {
+            "stream": max(seen.gap_ns - seen.host_gap_ns - RECORD_SLACK_NS, 0.0),
+            "copy": max(seen.copy_ns - allowed, 0.0),
+            "device": max(seen.rest_ns - TAIL_NOISE_NS, 0.0),
+            "thread": seen.outlived_ns,
+        }
+
+
+AFTER_PARTS = {
+    "stream": "queued behind the window on the caller's stream",
+    "copy": "inside the output's copy",
+    "device": "on the device after the output's copy (another stream)",
+    "thread": "in a thread the call left running",
+}
+"""Where work after a window ran (`WindowGuard.after_parts`), as a Reason names it."""
 
 
 @dataclass(frozen=True)

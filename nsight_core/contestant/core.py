@@ -307,6 +307,7 @@ class Contestant:
             reasons=reasons,
             outside=outside,
             after_ns=late.after_ns,
+            after_parts=late.after_parts,
             latency_ns=late.latency_ns,
             integrity=changes,
             device=self.device.name if self.device else None,

@@ -175,6 +175,7 @@ class _ConfigState:
     probes: dict[str, _Probes] = field(default_factory=dict)
     """Per annotation, which of its calls repeat an earlier one's inputs (`_probe_plan`)."""
     after: dict[str, list[tuple[float | None, float | None]]] = field(default_factory=dict)
+    after_parts: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     """Per annotation, each timed call's (time, work after its window), for `late_work`."""
 
     def __post_init__(self) -> None:
@@ -588,6 +589,8 @@ class Judge:
                 key, reply.ns, reply.kernels, self.settings, latency_ns=reply.latency_ns
             )
             st.after.setdefault(ann, []).append((reply.ns, reply.after_ns))
+            if reply.after_parts is not None:
+                st.after_parts.setdefault(ann, []).append(reply.after_parts)
             st.pending[ann] += self._gpu.take(key)
 
     def _probe_plan(self, st: _ConfigState, ann: str) -> _Probes | None:
@@ -689,7 +692,9 @@ class Judge:
                 self.events.emit(self._check_event(st.cid, ann, t, err))
             if passed or ann == self.req.reference:
                 # The backend says whether work after the windows makes its times short.
-                late = self.backend.late_work(st.cid, st.after.get(ann, []))
+                late = self.backend.late_work(
+                    st.cid, st.after.get(ann, []), st.after_parts.get(ann, [])
+                )
                 if late is not None:
                     self._suspect(ann, late, "")
                 for ev in st.pending[ann]:

@@ -47,6 +47,21 @@ def test_work_after_the_window_is_judged_on_the_median_of_a_configs_calls() -> N
     assert late_work_reason(0, []) is None
 
 
+def test_the_reason_says_where_the_work_after_the_window_ran() -> None:
+    # The parts each call reported (`WindowGuard.after_parts`): the Reason names those whose
+    # median is not zero, so an agent knows what to join.
+    from nsight_core.collectors.window_guard import AFTER_PARTS
+
+    floor = AFTER_FLOOR_NS
+    parts = [{"stream": 0.0, "copy": 0.0, "device": 3 * floor, "thread": 0.0}] * 2 + [
+        {"stream": 0.0, "copy": floor, "device": 0.0, "thread": 0.0}
+    ]
+    reason = late_work_reason(0, [(10_000.0, 3 * floor)] * 3, parts)
+    assert reason is not None
+    assert f"{AFTER_PARTS['device']} {3 * floor / 1e3:.3g} us" in reason
+    assert AFTER_PARTS["copy"] not in reason and AFTER_PARTS["stream"] not in reason
+
+
 def test_the_host_clock_waits_for_threads_the_call_left_running_and_reads_the_output_back() -> None:
     release = threading.Event()
 
