@@ -150,7 +150,7 @@ def _first_reason(message: str, text: str) -> str:
     a collection error's message is only "collection failure"."""
     errors = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
     reason = errors[-1] if errors else (message.strip() or text.strip())
-    return reason.splitlines()[0][:200] if reason else ""
+    return reason.splitlines()[0][:600] if reason else ""
 
 
 def main(argv: list[str]) -> int:

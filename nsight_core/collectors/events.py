@@ -65,12 +65,13 @@ _FLUSH_BUFFERS: dict[str, Any] = {}
 """The L2 flush buffer of each device kind in this process (only ever read)."""
 
 HOLD_FIRST_NS = 2_000_000
-"""The stream hold of a process's first timed call: longer than any launch path we have
-seen (a Triton launch takes tens of microseconds); later holds follow the launches seen."""
+"""The stream hold of a caller's first timed call: longer than any launch path we have
+seen (a Triton launch takes tens of microseconds); later holds follow its launches seen."""
 HOLD_MIN_NS = 100_000
 HOLD_MAX_NS = 50_000_000
 HOLD_MARGIN = 3.0
-"""Each hold lasts this many times the longest launch path seen so far (within the bounds)."""
+"""Each hold lasts this many times the caller's longest launch path so far (within the
+bounds)."""
 
 
 @dataclass
@@ -83,8 +84,13 @@ class StreamHold:
     its kernel (Triton's) was timed as GPU time: events ranked a 9 us Triton kernel below
     an 11 us torch one. With it the start event waits behind the sleeping kernel until the
     whole call is queued, and the kernels run back to back. A call that outlasts its hold
-    (it synchronizes inside, or launches for longer than any call before it) gets the old
-    window for that sample, and the next hold is longer; `unheld` counts those.
+    (it synchronizes inside, or launches for longer than any call of its own before) gets
+    the old window for that sample, and its next hold is longer; `unheld` counts those.
+
+    Each caller (an annotation) has holds sized from its own launches: one candidate whose
+    call takes 50 ms on the host would otherwise hold every other candidate's calls that
+    long, which costs wall time and leaves the host asleep in a long synchronization, whose
+    late wake-up then reads as work after their windows.
 
     It runs before the window opens, so candidate code that reached it could do its work
     there: the sleeping kernel is bound at the first hold (the reference's first timed
@@ -95,27 +101,35 @@ class StreamHold:
     sleep: Callable[[int], None] | None = None
     """torch.cuda._sleep as it was at the first hold; a later rebinding never reaches here."""
     hold_ns: float = HOLD_FIRST_NS
-    longest_launch_ns: float = 0.0
+    """The last hold's length."""
+    longest: dict[str, float] = field(default_factory=dict)
+    """Each caller's longest launch path so far (ns)."""
     unheld: int = 0
-    watch_volatile: ClassVar[frozenset[str]] = frozenset({"hold_ns", "longest_launch_ns", "unheld"})
+    watch_volatile: ClassVar[frozenset[str]] = frozenset({"hold_ns", "longest", "unheld"})
     """Attributes each call moves; the integrity watch checks all the others."""
 
-    def hold(self, torch: Any) -> float:
-        """Queue the sleeping kernel; the hold's length in ns (0: no hold possible here)."""
+    def hold(self, torch: Any, who: str = "") -> float:
+        """Queue the sleeping kernel for a call of ``who``; the hold's length in ns (0: no
+        hold possible here)."""
         if self.ns_per_cycle is None:
             self.sleep = getattr(torch.cuda, "_sleep", None)
             self.ns_per_cycle = _ns_per_cycle(torch, self.sleep) if self.sleep else 0.0
         if not self.ns_per_cycle or self.sleep is None:
             return 0.0
+        seen = self.longest.get(who)
+        self.hold_ns = (
+            HOLD_FIRST_NS
+            if seen is None
+            else min(max(HOLD_MARGIN * seen, HOLD_MIN_NS), HOLD_MAX_NS)
+        )
         self.sleep(int(self.hold_ns / self.ns_per_cycle))
         return self.hold_ns
 
-    def launched(self, launch_ns: float, held_ns: float) -> None:
-        """Fit the next hold to the launch paths seen; count a launch that outlasted its hold."""
+    def launched(self, launch_ns: float, held_ns: float, who: str = "") -> None:
+        """Fit ``who``'s next hold to its launch paths; count a launch that outlasted its hold."""
         if held_ns and launch_ns >= held_ns:
             self.unheld += 1
-        self.longest_launch_ns = max(self.longest_launch_ns, launch_ns)
-        self.hold_ns = min(max(HOLD_MARGIN * self.longest_launch_ns, HOLD_MIN_NS), HOLD_MAX_NS)
+        self.longest[who] = max(self.longest.get(who, 0.0), launch_ns)
 
 
 def _ns_per_cycle(torch: Any, sleep: Callable[[int], None]) -> float:
@@ -186,7 +200,7 @@ class Device:
         l2 = int(cupy.cuda.runtime.getDeviceProperties(0).get("l2CacheSize", 64 << 20))
         return cupy.zeros(max(l2, 1 << 20) * L2_FLUSH_FACTOR // 4, dtype=cupy.float32)
 
-    def time_call(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+    def time_call(self, fn: Callable[[], Any], who: str = "") -> tuple[Any, float]:
         """Run `fn` once and return (its result, elapsed ns).
 
         On torch's CUDA device the stream is held while `fn` launches (`StreamHold`), so the
@@ -202,12 +216,12 @@ class Device:
         if self.kind == "torch-cuda":
             torch = sys.modules["torch"]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            held = self.stream_hold.hold(torch)
+            held = self.stream_hold.hold(torch, who)
             t0 = time.perf_counter_ns()
             start.record()
             out = fn()
             end.record()
-            self.stream_hold.launched(float(time.perf_counter_ns() - t0), held)
+            self.stream_hold.launched(float(time.perf_counter_ns() - t0), held, who)
             end.synchronize()
             return out, float(start.elapsed_time(end)) * 1e6
         cupy = sys.modules["cupy"]
@@ -219,7 +233,7 @@ class Device:
         return out, float(cupy.cuda.get_elapsed_time(start, end)) * 1e6
 
     def time_checked(
-        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None
+        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None, who: str = ""
     ) -> Checked:
         """Run ``fn`` once as a timed call; its time, and what the timer saw after the window.
 
@@ -232,15 +246,15 @@ class Device:
         clock starts.
         """
         if self.kind == "torch-cuda":
-            return self._time_guarded(fn, prelude)
+            return self._time_guarded(fn, prelude, who)
         if prelude is not None:
             prelude()
             self.sync()
         if self.kind == "cupy":
-            out, ns = self.time_call(fn)
+            out, ns = self.time_call(fn, who)
             return Checked(out, ns, None, None, snapshot_inputs(((out,), {})))
         before = set(threading.enumerate())
-        out, ns = self.time_call(fn)
+        out, ns = self.time_call(fn, who)
         t_ret = time.perf_counter_ns()
         snap = snapshot_inputs(((out,), {}))  # before anything else touches it
         born = [t for t in threading.enumerate() if t not in before]
@@ -248,7 +262,7 @@ class Device:
         return Checked(out, ns, ran_on, ns, snap, {"thread": ran_on})
 
     def _time_guarded(
-        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None
+        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None, who: str = ""
     ) -> Checked:
         torch = sys.modules["torch"]
         self.sync()
@@ -259,8 +273,8 @@ class Device:
         def event() -> Any:
             return torch.cuda.Event(enable_timing=True)
 
-        start, end, copy_start, copied, idle, woke = (event() for _ in range(6))
-        held = self.stream_hold.hold(torch)
+        start, end, copy_start, copied, mid, idle, woke = (event() for _ in range(7))
+        held = self.stream_hold.hold(torch, who)
         t0 = time.perf_counter_ns()  # the hold covers the unmasking's launch too
         if prelude is not None:
             prelude()
@@ -271,18 +285,22 @@ class Device:
         out = fn()
         end.record()
         t_ret = time.perf_counter_ns()
-        self.stream_hold.launched(float(t_ret - t0), held)  # the hold covers the waits too
+        self.stream_hold.launched(float(t_ret - t0), held, who)  # it covers the waits too
         t_copy = time.perf_counter_ns()
         copy_start.record()
         snap = snapshot_inputs(((out,), {}))  # the output as the window left it
         copied.record()
         t_copied = time.perf_counter_ns()
         born = [t for t in threading.enumerate() if t not in before]
+        # The harness's stream first: the host's wait for the hold, the window and the copy
+        # (long when the hold is) ends here, and its wake-up is no one's work.
+        copied.synchronize()
+        mid.record()
         ran_on = outlived(born, t_ret) if born else 0.0  # after the copy: its writes show
         sync_all()  # the whole device: every stream, whoever launched on it
         idle.record()
         idle.synchronize()
-        sync_all()  # the same wait on an idle device: the host's own wake-up
+        sync_all()  # the same short wait on an idle device: the host's own time
         woke.record()
         woke.synchronize()
         ns = float(start.elapsed_time(end)) * 1e6
@@ -291,7 +309,7 @@ class Device:
             host_gap_ns=float(t_copy - t_ret),
             copy_ns=float(copy_start.elapsed_time(copied)) * 1e6,
             host_copy_ns=float(t_copied - t_copy),
-            rest_ns=float(copied.elapsed_time(idle) - idle.elapsed_time(woke)) * 1e6,
+            rest_ns=float(mid.elapsed_time(idle) - idle.elapsed_time(woke)) * 1e6,
             outlived_ns=ran_on,
         )
         parts = guard.after_parts(seen, _nbytes(out))

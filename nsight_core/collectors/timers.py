@@ -257,7 +257,7 @@ class ClockTimer(CallTimer):
 
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
         """The window, and what ran after it (`window_guard.WindowGuard`, collectors/late.py)."""
-        return self._timed(device, fn, None)
+        return self._timed(device, fn, None, key.annotation)
 
     def timed_call(
         self,
@@ -268,12 +268,17 @@ class ClockTimer(CallTimer):
         prelude: Callable[[], None] | None = None,
     ) -> TimedCall:
         # The unmasking runs behind the stream hold (`Device.time_checked`), not before it.
-        return self._timed(device, fn, prelude)
+        return self._timed(device, fn, prelude, key.annotation)
 
     def _timed(
-        self, device: Device, fn: Callable[[], Any], prelude: Callable[[], None] | None
+        self,
+        device: Device,
+        fn: Callable[[], Any],
+        prelude: Callable[[], None] | None,
+        who: str,
     ) -> TimedCall:
-        got = self._time_call(device, fn, prelude)
+        # Each annotation's stream hold follows its own launches (`events.StreamHold`).
+        got = self._time_call(device, fn, prelude, who)
         return TimedCall(
             got.out,
             got.ns,

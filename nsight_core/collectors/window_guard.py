@@ -32,7 +32,9 @@ RECORD_SLACK_NS = 2_000.0
 TAIL_NOISE_NS = 50_000.0
 """The device's busy time after the output's copy is read through a host synchronization,
 whose wake-up varies by tens of microseconds between two reads on a quiet host; only work
-beyond that counts (the output's read-back catches work that writes the output later)."""
+beyond that counts (the output's read-back catches work that writes the output later). The
+host first waits for the harness's stream alone, so the wake-up from a long wait (a long
+stream hold) is not in the reading."""
 
 
 def torch_streams(torch: Any) -> list[Any]:
@@ -141,7 +143,8 @@ class AfterWindow:
     host_copy_ns: float
     """The host's time between recording those two."""
     rest_ns: float
-    """The device busy after the copy, less the host's wake-up on an idle device."""
+    """The device busy once the harness's stream is done (the copy), less the host's time
+    for the same synchronization on an idle device."""
     outlived_ns: float
     """How long threads the call started ran on after it returned (0.0: none did)."""
 

@@ -238,3 +238,34 @@ def test_work_after_the_window_is_what_the_device_did_beyond_the_hosts_own_time(
     assert after(copy_ns=40_000.0, host_copy_ns=1_000.0) == 40_000.0 - 2 * 3_048.576
     assert after(rest_ns=TAIL_NOISE_NS + 7_000.0) == 7_000.0
     assert after(outlived_ns=55_000.0) == 55_000.0
+
+
+def test_each_caller_has_stream_holds_of_its_own_length() -> None:
+    # One candidate whose calls take 20 ms on the host must not hold the others' calls that
+    # long: on the H200 a shared job's honest candidates then waited 50 ms per call and the
+    # host's late wake-up read as work after their windows. The hold's sleeping kernel is
+    # torch.cuda._sleep on a GPU; here a list records the cycles asked of it.
+    from types import SimpleNamespace
+
+    from nsight_core.collectors.events import (
+        HOLD_FIRST_NS,
+        HOLD_MARGIN,
+        HOLD_MAX_NS,
+        HOLD_MIN_NS,
+        StreamHold,
+    )
+
+    asked: list[int] = []
+    hold = StreamHold(ns_per_cycle=2.0, sleep=asked.append)
+    gpu = SimpleNamespace(cuda=SimpleNamespace())
+    assert hold.hold(gpu, "slow") == HOLD_FIRST_NS  # nothing seen of it yet
+    hold.launched(20e6, HOLD_FIRST_NS, "slow")
+    assert hold.unheld == 1  # its launch outlasted the hold: that sample is unheld
+    assert hold.hold(gpu, "slow") == HOLD_MAX_NS
+    assert hold.hold(gpu, "fast") == HOLD_FIRST_NS
+    hold.launched(20_000.0, HOLD_FIRST_NS, "fast")
+    assert hold.hold(gpu, "fast") == HOLD_MIN_NS
+    hold.launched(100_000.0, HOLD_MIN_NS, "fast")
+    assert hold.hold(gpu, "fast") == HOLD_MARGIN * 100_000.0
+    assert hold.unheld == 2
+    assert asked[-1] == int(HOLD_MARGIN * 100_000.0 / 2.0)
