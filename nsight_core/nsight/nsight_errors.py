@@ -24,8 +24,8 @@ from nsight_core.protocol import RunKey
 from nsight_core.results import Row
 from nsight_core.rows.run_values import RunValues
 
-MAX_RUNS_NAMED = 6
-"""A count table names this many runs, then says how many more there are."""
+MAX_CONFIGS_NAMED = 8
+"""A count table names this many configs, then says how many more there are."""
 
 KERNEL_COUNT_HINT = (
     "to fold several kernels into one value per run pass combine_kernel_metrics (a reducer "
@@ -125,10 +125,7 @@ def kernel_count_error(values: RunValues) -> KernelCountError | None:
 def _count_message(annotation: str, runs: dict[RunKey, tuple[str, ...]]) -> str:
     counts = sorted({len(k) for k in runs.values()})
     names = sorted({n for kernels in runs.values() for n in kernels})
-    keys = sorted(runs, key=lambda k: (k.config_id, k.run))
-    table = "; ".join(
-        f"config {k.config_id} run {k.run}: {len(runs[k])}" for k in keys[:MAX_RUNS_NAMED]
-    ) + (f"; and {len(keys) - MAX_RUNS_NAMED} more runs" if len(keys) > MAX_RUNS_NAMED else "")
+    table = _count_table(runs)
     if len(counts) > 1:
         return (
             f"Expect same number of kernels per run: the {annotation} annotation launched "
@@ -138,6 +135,25 @@ def _count_message(annotation: str, runs: dict[RunKey, tuple[str, ...]]) -> str:
         f"More than one ({counts[0]} per run) kernel is launched within the {annotation} "
         f"annotation, and nothing folds them into one value per run; kernels: {names}"
     )
+
+
+def _count_table(runs: dict[RunKey, tuple[str, ...]]) -> str:
+    """Kernels per run, config by config ("config 0: 2 per run (10 runs); config 1: run 0: 1,
+    run 1: 2"): a library that picks its kernels by shape shows as configs that differ."""
+    by_config: dict[int, dict[int | None, int]] = {}
+    for key, kernels in runs.items():
+        by_config.setdefault(key.config_id, {})[key.run] = len(kernels)
+    parts = []
+    for cid in sorted(by_config):
+        per_run = by_config[cid]
+        if len(set(per_run.values())) == 1:
+            n, many = next(iter(per_run.values())), len(per_run)
+            parts.append(f"config {cid}: {n} per run ({many} run{'s' if many > 1 else ''})")
+        else:
+            listed = sorted(per_run.items(), key=lambda rc: -1 if rc[0] is None else rc[0])
+            parts.append(f"config {cid}: " + ", ".join(f"run {r}: {c}" for r, c in listed))
+    more = len(parts) - MAX_CONFIGS_NAMED
+    return "; ".join(parts[:MAX_CONFIGS_NAMED]) + (f"; and {more} more configs" if more > 0 else "")
 
 
 __all__ = [

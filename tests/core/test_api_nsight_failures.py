@@ -58,7 +58,9 @@ def test_counts_that_differ_without_a_combiner_name_every_runs_count() -> None:
     err = kernel_count_error(reduced({(0, 0): ["mm"], (1, 0): ["mm", "add"]}))
     assert err is not None
     assert str(err).startswith("Expect same number of kernels per run")
-    assert "config 0 run 0: 1; config 1 run 0: 2" in str(err)
+    assert "(config 0: 1 per run (1 run); config 1: 2 per run (1 run))" in str(err)
+    mixed = kernel_count_error(reduced({(0, 0): ["mm"], (0, 1): ["mm", "add"], (1, 0): ["mm"]}))
+    assert mixed is not None and "config 0: run 0: 1, run 1: 2; config 1: 1 per run" in str(mixed)
 
 
 def test_counts_that_differ_between_configs_are_fine_once_folded() -> None:
