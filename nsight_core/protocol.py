@@ -458,9 +458,8 @@ class ReplyMsg(_Msg):
     nonce: str
     ok: bool
     output: Node | None = None
-    ns: float | None = Field(
-        None, description="In-process time of the call (clock timer; host-inclusive for cupti)."
-    )
+    ns: float | None = None
+    """In-process time of the call (clock timer; host-inclusive for cupti)."""
     kernels: list[KernelTiming] = Field(
         default_factory=list, description="The call's kernels (cupti timer), in start order."
     )
@@ -470,10 +469,9 @@ class ReplyMsg(_Msg):
     outside: list[str] = Field(default_factory=list)
     """cupti timer: kernels another thread launched since the previous timed call."""
     after_ns: float | None = None
-    """Clock timer on a GPU: how long the device stayed busy after the window beyond an honest
-    call's wake-up, plus the output's copy beyond a dense copy's time (collectors/late.py)."""
+    """Clock timer: work seen after the window beyond an honest call's (collectors/late.py)."""
     after_parts: dict[str, float] | None = None
-    """``after_ns`` by where the work ran (`window_guard.AFTER_PARTS`), for the Reason."""
+    """``after_ns`` by where it ran (`window_guard.AFTER_PARTS`), to word the Reason."""
     latency_ns: float | None = None
     """Clock timer: the call's host-inclusive latency, where ``ns`` is its GPU window."""
     integrity: list[str] = Field(default_factory=list)
