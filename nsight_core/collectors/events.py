@@ -95,17 +95,15 @@ class StreamHold:
     It runs before the window opens, so candidate code that reached it could do its work
     there: the sleeping kernel is bound at the first hold (the reference's first timed
     call, before any candidate is imported), the hold belongs to the `Device` the harness
-    holds, and the integrity watch checks every attribute but the three each call moves."""
+    holds, and the integrity watch checks every attribute but the two each call moves."""
 
     ns_per_cycle: float | None = None
     sleep: Callable[[int], None] | None = None
     """torch.cuda._sleep as it was at the first hold; a later rebinding never reaches here."""
-    hold_ns: float = HOLD_FIRST_NS
-    """The last hold's length."""
     longest: dict[str, float] = field(default_factory=dict)
     """Each caller's longest launch path so far (ns)."""
     unheld: int = 0
-    watch_volatile: ClassVar[frozenset[str]] = frozenset({"hold_ns", "longest", "unheld"})
+    watch_volatile: ClassVar[frozenset[str]] = frozenset({"longest", "unheld"})
     """Attributes each call moves; the integrity watch checks all the others."""
 
     def hold(self, torch: Any, who: str = "") -> float:
@@ -117,13 +115,13 @@ class StreamHold:
         if not self.ns_per_cycle or self.sleep is None:
             return 0.0
         seen = self.longest.get(who)
-        self.hold_ns = (
+        hold_ns = (
             HOLD_FIRST_NS
             if seen is None
             else min(max(HOLD_MARGIN * seen, HOLD_MIN_NS), HOLD_MAX_NS)
         )
-        self.sleep(int(self.hold_ns / self.ns_per_cycle))
-        return self.hold_ns
+        self.sleep(int(hold_ns / self.ns_per_cycle))
+        return hold_ns
 
     def launched(self, launch_ns: float, held_ns: float, who: str = "") -> None:
         """Fit ``who``'s next hold to its launch paths; count a launch that outlasted its hold."""
@@ -153,14 +151,13 @@ class Checked:
 
     out: Any
     ns: float
-    after_ns: float | None = None
-    """Work seen after the window beyond an honest call's (None: not measured here)."""
     latency_ns: float | None = None
     """Host-inclusive latency (`EVENTS_LATENCY`; None: not measured here)."""
     snapshot: Any = None
     """The output as the window left it (`output_changed`)."""
     after_parts: dict[str, float] | None = None
-    """``after_ns`` by where the work ran (`window_guard.AFTER_PARTS`)."""
+    """Work seen after the window beyond an honest call's, ns, by where it ran
+    (`window_guard.AFTER_PARTS`; None: not measured here)."""
 
 
 @dataclass
@@ -252,14 +249,13 @@ class Device:
             self.sync()
         if self.kind == "cupy":
             out, ns = self.time_call(fn, who)
-            return Checked(out, ns, None, None, snapshot_inputs(((out,), {})))
+            return Checked(out, ns, snapshot=snapshot_inputs(((out,), {})))
         before = set(threading.enumerate())
         out, ns = self.time_call(fn, who)
         t_ret = time.perf_counter_ns()
         snap = snapshot_inputs(((out,), {}))  # before anything else touches it
         born = [t for t in threading.enumerate() if t not in before]
-        ran_on = outlived(born, t_ret)
-        return Checked(out, ns, ran_on, ns, snap, {"thread": ran_on})
+        return Checked(out, ns, ns, snap, {"thread": outlived(born, t_ret)})
 
     def _time_guarded(
         self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None, who: str = ""
@@ -313,7 +309,7 @@ class Device:
             outlived_ns=ran_on,
         )
         parts = guard.after_parts(seen, _nbytes(out))
-        return Checked(out, ns, sum(parts.values()), float(t_ret - t_call) + ns, snap, parts)
+        return Checked(out, ns, float(t_ret - t_call) + ns, snap, parts)
 
 
 def output_changed(snapshot: Any, out: Any) -> list[str]:

@@ -69,14 +69,18 @@ class TimedCall:
     kernels: list[KernelTiming] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
     """Kernels another thread launched since the previous timed call (cupti)."""
-    after_ns: float | None = None
-    """Work seen after the window beyond an honest call's, ns (None: not measured)."""
     after_parts: dict[str, float] | None = None
-    """``after_ns`` by where the work ran (`window_guard.AFTER_PARTS`)."""
+    """Work seen after the window beyond an honest call's, ns, by where it ran
+    (`window_guard.AFTER_PARTS`; None: not measured)."""
     latency_ns: float | None = None
     """The call's host-inclusive latency, ns, where the timer's own number excludes it."""
     snapshot: Any = None
     """An in-process timer's copy of the output as the window left it (`changed_after`)."""
+
+    @property
+    def after_ns(self) -> float | None:
+        """All the work seen after the window, ns (None: not measured)."""
+        return None if self.after_parts is None else sum(self.after_parts.values())
 
     def changed_after(self) -> list[str]:
         """The finding when the output changed after its window closed (call it once the
@@ -282,7 +286,6 @@ class ClockTimer(CallTimer):
         return TimedCall(
             got.out,
             got.ns,
-            after_ns=got.after_ns,
             after_parts=got.after_parts,
             latency_ns=got.latency_ns,
             snapshot=got.snapshot,

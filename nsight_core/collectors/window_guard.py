@@ -66,7 +66,7 @@ class WindowGuard:
     stream anyway; a non-blocking stream made through the driver does not) stay in reach.
 
     After the window: the output is copied on the harness's stream (`Device.time_checked`)
-    and the device synchronized; `after_window` turns what the events and the host clock
+    and the device synchronized; `after_parts` turns what the events and the host clock
     read into the work the call left behind. The streams and the honest copy's cost are
     bound at the first hold (the reference's first timed call, before any candidate
     exists) and watched like the hold."""
@@ -94,10 +94,6 @@ class WindowGuard:
 
     def honest_copy_ns(self, nbytes: int) -> float:
         return self.copy_base_ns + self.copy_ns_per_byte * nbytes
-
-    def after_window(self, seen: AfterWindow, nbytes: int) -> float:
-        """Work a call left after its window (ns): the sum of `after_parts`."""
-        return sum(self.after_parts(seen, nbytes).values())
 
     def after_parts(self, seen: AfterWindow, nbytes: int) -> dict[str, float]:
         """Work a call left after its window (ns), by where it ran (`AFTER_PARTS`), from

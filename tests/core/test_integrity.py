@@ -97,7 +97,7 @@ def test_the_stream_hold_runs_before_the_window_so_its_state_is_watched_but_what
     hold.sleep, hold.ns_per_cycle = (lambda cycles: None), 0.5
     watch = Watch()
     watch.watch_state(harness, volatile=("calls",))
-    hold.hold_ns, hold.unheld = 5e5, 1  # each call moves these
+    hold.unheld = 1  # each call moves these
     hold.longest["cand"] = 1e5
     assert watch.changes() == []
     hold.sleep = lambda cycles: None  # the candidate's work, before the window opens

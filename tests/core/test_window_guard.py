@@ -230,7 +230,7 @@ def test_work_after_the_window_is_what_the_device_did_beyond_the_hosts_own_time(
             gap_ns=4_000.0, host_gap_ns=4_000.0, copy_ns=3_000.0, host_copy_ns=9_000.0,
             rest_ns=20_000.0, outlived_ns=0.0,
         )  # fmt: skip
-        return guard.after_window(AfterWindow(**{**base, **kw}), nbytes)
+        return sum(guard.after_parts(AfterWindow(**{**base, **kw}), nbytes).values())
 
     assert after() == 0.0  # idle device, honest copy, quiet tail
     assert after(gap_ns=30_000.0) == 30_000.0 - 4_000.0 - RECORD_SLACK_NS
