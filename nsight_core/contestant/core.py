@@ -78,12 +78,18 @@ from nsight_core.runtime.process import (
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
 
 
-def warm_gpu_path() -> None:
-    """A pre-started contestant (cupti or events) runs the harness's own GPU path once while
-    it waits for its job: the L2 flush buffer (twice the L2's size) is allocated, CUDA loads
-    the kernels of the flush, the output's snapshot and its comparison, and Triton its launcher
-    (one kernel of ours). Otherwise the job's first calls pay for each. Nothing of the job
-    exists yet, and a failure here changes nothing: the job's calls load what they need."""
+WARM_UP = "warm-up"
+"""The range a pre-started contestant warms its GPU path in (``u:load:warm-up``)."""
+
+
+def warm_gpu_path(flush: bool = True) -> None:
+    """A pre-started contestant runs the harness's own GPU path once while it waits for its
+    job: CUDA loads the kernels of the output's snapshot and its comparison, Triton its
+    driver utilities and a launcher (one kernel of ours), and with ``flush`` (the in-process
+    timers) the L2 flush buffer (twice the L2's size) is allocated and its kernel loaded.
+    Otherwise the job's first calls pay for each: a process's first Triton launch is most of
+    a warm ncu job's check phase. Nothing of the job exists yet, and a failure here changes
+    nothing: the job's calls load what they need."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -91,7 +97,8 @@ def warm_gpu_path() -> None:
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
             return
         x = torch.randn(64, 64, device="cuda")
-        Device("torch-cuda").flush_l2()
+        if flush:
+            Device("torch-cuda").flush_l2()
         snap = snapshot_inputs(((x,), {}))
         mutated(snap, ((x,), {}))
         aliased(x.clone(), ((x,), {}))
@@ -404,8 +411,11 @@ def main(argv: list[str]) -> int:
     t2 = time.monotonic()
     timer = call_timer(timer_kind)
     timer.start()  # what it loads (nvtx, libcupti): before confinement and any candidate
-    if prestarted and not timer.external:
-        warm_gpu_path()  # not under ncu, which would intercept every one of these launches
+    if prestarted:
+        # In an untimed range: ncu leaves it out (protocol.NCU_NVTX_EXCLUDE), so nothing of
+        # it is profiled or reported; ncu's own cache control needs no flush buffer.
+        with timer.harness(WARM_UP, None, None, None):
+            warm_gpu_path(flush=not timer.external)
     t3 = time.monotonic()
     sock.sendall(READY_LINE + b"\n")  # started: nothing of this process touches the GPU now
     line = reader.readline()
