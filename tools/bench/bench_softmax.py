@@ -25,8 +25,8 @@ gpu__time_duration.sum and dram__throughput.avg.pct_of_peak_sustained_elapsed,
    request is timed at once and after ``--think`` seconds.
 
 It prints, per (annotation, shape, metric), each route's AvgValue and its deviation from the
-raw value, and each route's wall time divided by the raw run's (goals: kernel <= 1.2,
-mcp <= 1.0; the MCP route's first request and its later ones are printed apart). Ratios
+raw value, and each route's wall time divided by the raw run's (goals: kernel <= 1.2; a
+server's first MCP request <= 0.8 and a later one with the same settings <= 0.4, issue 27). Ratios
 are measured in this same command, never against a stored number.
 """
 
@@ -172,11 +172,16 @@ async def _mcp(
             phases = prov.get("phase_seconds") or {}
             judge_s = float(phases.get("judge", float("nan")))
             job_s = float(prov.get("wall_seconds") or float("nan"))
+            waited_s = float(prov.get("waited_seconds") or 0.0)
+            # The rest of the request: planning, reading the report, the rows, the protocol.
+            rest_s = walls[-1] - job_s - waited_s
             sys.stderr.write(
                 f"request {i + 1} ({'pre-started' if 'standby_idle' in phases else 'cold'}): "
-                f"{walls[-1]:.2f} s; judge (inputs, reference, output checks of every call): "
-                f"{judge_s:.3f} s of the job's {job_s:.2f} s = {100 * judge_s / job_s:.1f} % "
-                f"(goal <= 10 %)\nthe job's phases (s): {json.dumps(phases)}\n"
+                f"{walls[-1]:.2f} s = waited {waited_s:.2f} s {json.dumps(prov.get('waits'))} "
+                f"+ job {job_s:.2f} s + the rest {rest_s:.2f} s; judge (inputs, reference, "
+                f"output checks of every call): {judge_s:.3f} s = "
+                f"{100 * judge_s / job_s:.1f} % of the job (goal <= 10 %)\n"
+                f"the job's phases (s): {json.dumps(phases)}\n"
             )
         result_id = answer.structured_content["result_id"]
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -317,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         f"MCP profile_candidates, first request of a server (cold; {len(firsts)} servers: "
         f"{' / '.join(f'{w:.2f}' for w in firsts)} s, each over the mean of the raw runs "
         f"around it {' / '.join(f'{r:.3f}x' for r in per_session)}) median {mcp_wall:.2f} s = "
-        f"{mcp_wall / raw:.3f}x (goal <= 1.0; of which the MCP client's one-time jsonschema "
+        f"{mcp_wall / raw:.3f}x (goal <= 0.8; of which the MCP client's one-time jsonschema "
         f"import and check of the tool's output schema, timed cold in a fresh process: "
         f"{schema_s:.2f} s; without it {(mcp_wall - schema_s) / raw:.3f}x); later requests "
         f"(pre-started, median of {len(mcp_walls) - 1}, {args.think:g} s apart) {warm:.2f} s = "
-        f"{warm / raw:.3f}x (goal <= 1.0); first request of a restarted server on the "
+        f"{warm / raw:.3f}x (goal <= 0.4); first request of a restarted server on the "
         f"first store (its remembered setting pre-started at its start): at once "
         f"{restarted[0]:.2f} s = {restarted[0] / raw:.3f}x, after {args.think:g} s "
         f"{restarted[1]:.2f} s = {restarted[1] / raw:.3f}x"
