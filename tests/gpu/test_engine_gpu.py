@@ -204,3 +204,33 @@ def test_the_early_cuda_thread_makes_the_context_torch_then_uses() -> None:
     )
     print(out.stdout, out.stderr[-2000:])
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_a_cold_triton_job_starts_triton_beside_torchs_import(tmp_path: Path) -> None:
+    """A cold ncu job of a Triton candidate (triton_prep.py): its contestant computed
+    Triton's start on the side thread, and the job's rows are as without it."""
+    result, wall = _run(
+        tmp_path,
+        "cold-triton",
+        workdir=str(EXAMPLES),
+        reference="gpu_softmax_reference.py:torch_softmax",
+        candidates=["gpu_softmax.py:triton_softmax"],
+        inputs="gpu_softmax_reference.py:make_inputs",
+        configs=[{"rows": 4096, "cols": 1024}],
+        runs=3,
+        backend="ncu",
+    )
+    assert result.status == "done", result.message
+    assert result.provenance is not None
+    phases = result.provenance.phase_seconds
+    print(
+        f"  wall {wall:.2f} s; triton thread {phases.get('contestant.triton_thread')} s, "
+        f"frameworks {phases.get('contestant.frameworks')} s, check {phases.get('check'):.3f} s"
+    )
+    assert phases.get("contestant.triton_thread", 0.0) > 0.0, phases
+    assert {r.Annotation for r in result.rows} == {
+        "gpu_softmax_reference.py:torch_softmax",
+        "gpu_softmax.py:triton_softmax",
+    }
+    assert all(r.Trust in ("ok", "noisy") for r in result.rows), [r.Reasons for r in result.rows]
