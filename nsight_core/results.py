@@ -286,7 +286,9 @@ class Provenance(_Model):
             "per call, with nvml: its readings of the GPU around timed calls; roundtrips: waiting "
             "on the contestant's replies) and the contestant's "
             "own account under 'contestant.' keys (process, frameworks, cuda, timer, "
-            "waited_for_job, confine, load, inputs, call, structure, output, watch). Contestant "
+            "waited_for_job, confine, load, inputs, call, structure, output, watch; "
+            "cuda_thread and triton_thread: its side threads' own time, which overlapped "
+            "frameworks). Contestant "
             "keys come from the candidates' process: for benchmarks, never for verdicts."
         ),
     )

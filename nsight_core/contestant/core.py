@@ -379,7 +379,9 @@ def confine(job: ContestantJob) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, early: EarlyCuda | None = None, prep: TritonPrep | None = None) -> int:
+    """The contestant's start, then its job. ``early`` and ``prep``: the side threads
+    __main__.py began before importing this module (made here when not given)."""
     # Die with the parent (ncu, the judge or the pipeline). Not watch_parent_pipe: its
     # watcher would be a descendant that ncu waits for, and the job would never end. When the
     # judge dies its socket closes, and the contestant's watchdog ends the whole group.
@@ -405,10 +407,10 @@ def main(argv: list[str]) -> int:
     # The driver and the context start on a side thread while torch is imported (the
     # imports hold the GIL, the driver's calls release it): under ncu, whose injection
     # starts with the driver, this is the longest overlap a cold job gets.
-    early = EarlyCuda()
+    early = early or EarlyCuda()
     # Triton's own start (its source key, its lazy front-end) needs no GPU and mostly runs
     # without the GIL: on its own thread it overlaps torch's import (triton_prep.py).
-    prep = TritonPrep()
+    prep = prep or TritonPrep()
     preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
     t1 = time.monotonic()
     init_cuda(early)
