@@ -287,8 +287,9 @@ class Provenance(_Model):
             "on the contestant's replies) and the contestant's "
             "own account under 'contestant.' keys (process, frameworks, cuda, timer, "
             "waited_for_job, confine, load, inputs, call, structure, output, watch; "
-            "cuda_thread and triton_thread: its side threads' own time, which overlapped "
-            "frameworks). Contestant "
+            "cuda_thread: its CUDA side thread's own time, which overlapped frameworks; "
+            "triton_thread and triton_wait: Triton's start on a side thread in a cold ncu job, "
+            "and how long the candidates' load waited for it). Contestant "
             "keys come from the candidates' process: for benchmarks, never for verdicts."
         ),
     )

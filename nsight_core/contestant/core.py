@@ -146,11 +146,26 @@ class Contestant:
         self._reader: IO[bytes] | None = None
         self._reported: set[str] = set()
         self.startup_s: dict[str, float] = {}
+        self.prep: TritonPrep | None = None
+        """Triton's start on a side thread (cold ncu jobs), joined before the candidates load."""
 
     def _take_startup_s(self) -> dict[str, float]:
         """The start-up account, in the first hello only (the judge adds up what it gets)."""
         taken, self.startup_s = self.startup_s, {}
         return taken
+
+    def _join_prep(self) -> None:
+        """Wait for Triton's start, if it runs: the candidates may be Triton's, and what it
+        imports must be in place before the watch's snapshot. Its time and the wait for it
+        go into the candidates' hello (for the benchmarks)."""
+        if self.prep is None:
+            return
+        t0 = time.monotonic()
+        self.prep.join()
+        if self.prep.error is None and self.prep.seconds:
+            self.startup_s["triton_thread"] = self.prep.seconds
+            self.startup_s["triton_wait"] = round(time.monotonic() - t0, 4)
+        self.prep = None
 
     def _new_changes(self) -> list[str]:
         changes = [c for c in self.watch.changes() if c not in self._reported]
@@ -209,6 +224,7 @@ class Contestant:
             if isinstance(msg, ExitMsg):
                 return int(JobExit.OK)
             if isinstance(msg, LoadMsg):
+                self._join_prep()  # its imports end before the watch's snapshot
                 self.watch.snapshot()  # what the reference's calls imported (cupy, triton)
                 # The timing path's state (timer, device, flush buffer), as candidates find it.
                 self.watch.watch_state(self, volatile=("startup_s",))
@@ -379,9 +395,7 @@ def confine(job: ContestantJob) -> str | None:
     return None
 
 
-def main(argv: list[str], *, early: EarlyCuda | None = None, prep: TritonPrep | None = None) -> int:
-    """The contestant's start, then its job. ``early`` and ``prep``: the side threads
-    __main__.py began before importing this module (made here when not given)."""
+def main(argv: list[str]) -> int:
     # Die with the parent (ncu, the judge or the pipeline). Not watch_parent_pipe: its
     # watcher would be a descendant that ncu waits for, and the job would never end. When the
     # judge dies its socket closes, and the contestant's watchdog ends the whole group.
@@ -407,14 +421,10 @@ def main(argv: list[str], *, early: EarlyCuda | None = None, prep: TritonPrep | 
     # The driver and the context start on a side thread while torch is imported (the
     # imports hold the GIL, the driver's calls release it): under ncu, whose injection
     # starts with the driver, this is the longest overlap a cold job gets.
-    early = early or EarlyCuda()
-    # Triton's own start (its source key, its lazy front-end) needs no GPU and mostly runs
-    # without the GIL: on its own thread it overlaps torch's import (triton_prep.py).
-    prep = prep or TritonPrep()
+    early = EarlyCuda()
     preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
     t1 = time.monotonic()
     init_cuda(early)
-    prep.join()  # before confinement and before any candidate code
     t2 = time.monotonic()
     timer = call_timer(timer_kind)
     timer.start()  # what it loads (nvtx, libcupti): before confinement and any candidate
@@ -439,13 +449,17 @@ def main(argv: list[str], *, early: EarlyCuda | None = None, prep: TritonPrep | 
         return int(JobExit.BAD_JOB)
     not_confined = confine(cjob)  # before any candidate code and before any thread
     contestant = Contestant(cjob, not_confined, timer)
+    if timer.external and not prestarted:
+        # A cold ncu job: Triton's own start runs while the reference's calls wait on ncu
+        # (triton_prep.py). A pre-started contestant's warm-up did it before its job, and
+        # the in-process timers keep their process quiet while they time.
+        contestant.prep = TritonPrep()
     contestant.startup_s = {
         "process": round(t0 - (time.monotonic() - process_age_s()), 4),
         "frameworks": round(t1 - t0, 4),
         "cuda": round(t2 - t1, 4),
         # The side thread's own time, when it made the context (it overlapped "frameworks").
         **({"cuda_thread": early.seconds} if early.error is None and early.seconds else {}),
-        **({"triton_thread": prep.seconds} if prep.error is None and prep.seconds else {}),
         "timer": round(t3 - t2, 4),
         "waited_for_job": round(t4 - t3, 4),
         "confine": round(time.monotonic() - t4, 4),

@@ -1,17 +1,19 @@
-"""Triton's per-process start, made on a side thread while the contestant imports torch.
+"""Triton's per-process start, made on a side thread while a cold ncu job's reference runs.
 
 A process's first Triton launch first hashes Triton's own sources and its compiler library
 (the key of every cache entry, computed once per process) and imports the front-end modules
 its first specialization needs; only then does it look up the kernel. None of that touches
-the GPU, and nearly all of the hashing runs with the GIL released (hashlib over large
-buffers, file reads), so on a side thread it overlaps torch's import instead of landing in a
-job's first call (docs/sandbox.md has the measurement). torch and Triton import disjoint
-module trees, so the two imports do not wait for each other.
+the GPU, and the hashing runs with the GIL released (hashlib over large buffers, file
+reads). A cold ncu job's contestant starts this thread once it is confined (so the thread
+is confined too) and joins it before the candidates load: meanwhile the reference's calls
+mostly wait on ncu and on the judge, so the thread costs a job whose candidates are not
+Triton's nearly nothing, and a Triton candidate's first call no longer pays for it
+(docs/sandbox.md has the measurement). Started beside the imports of torch instead, it
+competed with them for the GIL and delayed torch-only jobs.
 
 Nothing here may fail a job: a Triton without these steps, or any error, is recorded and
 the first launch pays as before. A host without NVIDIA's driver skips it: Triton has no GPU
-to launch on there, and the CPU-only test hosts would only pay for the hashing. The thread is joined before confinement (a thread made
-before it would not be confined) and before any candidate code runs. Standard library only (and early_cuda.py, which is too).
+to launch on there.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ FIRST_SPECIALIZATION_IMPORTS = ("triton.experimental.gluon",)
 
 class TritonPrep:
     """Triton imported, its source key computed and its lazy front-end imported, on a daemon
-    thread; nothing when Triton is not installed."""
+    thread; nothing without a driver or Triton."""
 
     def __init__(self) -> None:
         self.error: str | None = None
@@ -53,7 +55,7 @@ class TritonPrep:
         self.seconds = round(time.monotonic() - self._t0, 4)
 
     def join(self) -> None:
-        """Wait for the thread: before confinement and before any candidate is imported."""
+        """Wait for the thread: before the candidates are imported and watched."""
         self._thread.join()
 
 

@@ -37,9 +37,10 @@ def test_without_a_driver_the_thread_says_why_and_imports_nothing(
     assert prep.seconds is not None and prep.seconds >= 0.0
 
 
-def test_with_triton_its_source_key_is_cached_while_torch_is_imported() -> None:
-    """The thread runs while the main thread imports torch, as the contestant does; after the
-    join, Triton's key function answers from its cache (the first launch's largest part)."""
+def test_with_triton_the_thread_leaves_its_source_key_cached() -> None:
+    """The thread runs while the main thread imports torch (the two imports do not wait for
+    each other); after the join, Triton's key function answers from its cache (the first
+    launch's largest part)."""
     pytest.importorskip("triton")
     stdout = _run(
         """
