@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,45 @@ def test_with_triton_the_thread_leaves_its_source_key_cached() -> None:
         """
     )
     assert stdout.split() == ["ok", "True", "True"]
+
+
+def test_the_threads_imports_never_reach_a_directory_added_after_it_was_made(
+    tmp_path: Path,
+) -> None:
+    """The reference's load adds the workdir to ``sys.path`` while the thread may still
+    import: a look-alike there must not run on the thread (HarnessPathOnly), while the
+    thread that imports the job's code still finds it."""
+    (tmp_path / "nspy_lookalike_only_here.py").write_text("VALUE = 'from the workdir'\n")
+    (tmp_path / "colorsys.py").write_text("raise SystemExit('the workdir copy ran')\n")
+    stdout = _run(
+        f"""
+        import importlib, sys, threading
+        from nsight_core.runtime.triton_prep import HarnessPathOnly
+        results = {{}}
+        ready, added = threading.Event(), threading.Event()
+
+        def prep():
+            ready.set()
+            added.wait()
+            try:
+                importlib.import_module("nspy_lookalike_only_here")
+                results["new"] = "imported"
+            except ModuleNotFoundError as exc:
+                results["new"] = "refused" if "harness's path" in str(exc) else str(exc)
+            results["stdlib"] = importlib.import_module("colorsys").__file__
+            results["json"] = importlib.import_module("json").__name__
+
+        t = threading.Thread(target=prep)
+        t.start()
+        finder = HarnessPathOnly(t.ident, list(sys.path))
+        sys.meta_path.insert(0, finder)
+        ready.wait()
+        sys.path.insert(0, {str(tmp_path)!r})  # as a job's workdir is, after the thread began
+        added.set()
+        t.join()
+        sys.meta_path.remove(finder)
+        here = importlib.import_module("nspy_lookalike_only_here").VALUE
+        print(results["new"], results["stdlib"].startswith({str(tmp_path)!r}), results["json"], here)
+        """
+    )
+    assert stdout.split(maxsplit=3) == ["refused", "False", "json", "from the workdir\n"], stdout
