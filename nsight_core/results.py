@@ -281,6 +281,8 @@ class Provenance(_Model):
         description=(
             "Where the job's wall time went, in seconds: the judge's phases (spawn: its start "
             "until the contestant is started, 0 for a judge pre-started before the request; "
+            "launch, cold jobs only: the contestant's start until its own interpreter ran, "
+            "under ncu ncu's own start; "
             "standby_idle: how long such a judge waited for it; import; check; profile; exit: "
             "waiting for the contestant and its profiler to end; judge: the judge's own work "
             "per call, with nvml: its readings of the GPU around timed calls; roundtrips: waiting "

@@ -57,6 +57,7 @@ from nsight_core.judge.verdict import (
 )
 from nsight_core.processes.launch import Channel, ContestantGone, ContestantProcess, Launched
 from nsight_core.processes.sandbox import (
+    age_of_process,
     process_age_s,
 )
 from nsight_core.processes.seat import Seat
@@ -743,6 +744,8 @@ class Judge:
             self.phase_seconds["spawn"] = round(spawn_s, 4)
         try:
             self.send_job()
+            if spawn_s:  # a cold job: its contestant's launch is on the job's path
+                self._note_launch()
             return self._run()
         except (ContestantGone, TimeoutError) as exc:
             # The contestant died (a crash, its time limit, a kill): the call in flight is
@@ -761,6 +764,15 @@ class Judge:
             return int(JobExit.OK)
         finally:
             self._finish()
+
+    def _note_launch(self) -> None:
+        """``launch``: the contestant's spawn until its own interpreter started (under ncu,
+        ncu's start before it runs its target), so a cold job's phases cover its start; the
+        contestant's own ``process`` starts there. Nothing where /proc does not say."""
+        age = age_of_process(self._chan.peer_pid) if self._chan.peer_pid else None
+        if age is not None:
+            since_spawn = time.monotonic() - self.seat.started
+            self.phase_seconds["launch"] = round(max(0.0, since_spawn - age), 4)
 
     def _run(self) -> int:
         with self.phase("import"):

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import socket
+import struct
 import tempfile
 import threading
 import time
@@ -96,6 +97,9 @@ class Channel:
         self._listener.settimeout(0.2)
         self._conn: socket.socket | None = None
         self._buf = b""
+        self.peer_pid = 0
+        """The connected process (SO_PEERCRED; 0 where unknown): the contestant's own
+        interpreter, beneath whatever wrapper (ncu) started it."""
 
     def accept(self, alive: Callable[[], bool], deadline: float) -> None:
         while self._conn is None:
@@ -107,6 +111,11 @@ class Channel:
                 conn, _ = self._listener.accept()
                 conn.settimeout(0.2)
                 self._conn = conn
+                with contextlib.suppress(OSError, AttributeError, struct.error):
+                    creds = conn.getsockopt(
+                        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+                    )
+                    self.peer_pid = int(struct.unpack("3i", creds)[0])
 
     def send(self, data: bytes) -> None:
         assert self._conn is not None

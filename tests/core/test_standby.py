@@ -84,6 +84,11 @@ def test_the_next_job_is_handed_to_a_pre_started_judge_and_judged_the_same(
     took = phases(warm)
     assert took["spawn"] == 0.0 and took["standby_idle"] > 0.0, took
     assert "standby_idle" not in phases(cold)
+    # A cold job's phases cover its contestant's launch (its spawn until its interpreter
+    # ran: no wrapper here, so short); a pre-started one's launch was before its job.
+    first = phases(cold)
+    assert 0.0 <= first["launch"] < 2.0, first
+    assert "launch" not in took, took
     # Its files are the job's, as a cold job's are. Each judge (cold ones take the same
     # path) released its job once its events were complete, so its own log arrives when
     # its process has ended: before the next job may start (settle), with nothing left of

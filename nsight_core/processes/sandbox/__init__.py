@@ -88,6 +88,7 @@ from nsight_core.processes.sandbox.run import (
 )
 from nsight_core.processes.sandbox.this_process import (
     PARENT_FD_ENV,
+    age_of_process,
     die_with_parent,
     process_age_s,
     protect_this_process,
@@ -115,6 +116,7 @@ __all__ = [
     "SandboxMechanisms",
     "SandboxOutcome",
     "StreamCapture",
+    "age_of_process",
     "build_env",
     "classify_end",
     "default_fs_access",

@@ -126,9 +126,16 @@ def protect_this_process() -> bool:
 def process_age_s() -> float:
     """Seconds since this process started (Linux /proc; 0.0 elsewhere): the interpreter's
     start and our imports belong to the job's timeline too."""
+    age = age_of_process("self")
+    return 0.0 if age is None else age
+
+
+def age_of_process(pid: int | str) -> float | None:
+    """Seconds since process ``pid`` (or ``"self"``) started, to the kernel's clock tick
+    (10 ms); None where /proc does not say (another OS, a process gone)."""
     try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
         boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
         return max(0.0, boot_s - start_ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
+        return None
