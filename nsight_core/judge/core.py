@@ -31,7 +31,6 @@ import random
 import secrets
 import shutil
 import socket
-import struct
 import sys
 import time
 from collections.abc import Callable
@@ -55,7 +54,13 @@ from nsight_core.judge.verdict import (
     trivial_bound,
     type_mismatch,
 )
-from nsight_core.processes.launch import Channel, ContestantGone, ContestantProcess, Launched
+from nsight_core.processes.launch import (
+    Channel,
+    ContestantGone,
+    ContestantProcess,
+    Launched,
+    peer_pid,
+)
 from nsight_core.processes.sandbox import (
     age_of_process,
     process_age_s,
@@ -176,8 +181,10 @@ class _ConfigState:
     probes: dict[str, _Probes] = field(default_factory=dict)
     """Per annotation, which of its calls repeat an earlier one's inputs (`_probe_plan`)."""
     after: dict[str, list[tuple[float | None, float | None]]] = field(default_factory=dict)
-    after_parts: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     """Per annotation, each timed call's (time, work after its window), for `late_work`."""
+    after_parts: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    """Per annotation, each timed call's work after its window by where it ran (to word the
+    Reason), where its timer reported it."""
 
     def __post_init__(self) -> None:
         self.alive = set(self.anns)
@@ -893,15 +900,6 @@ def _read_job(job_dir: Path) -> JobSpec | str:
     if job.request is None or job.launch is None or job.settings is None:
         return "not a request job (no request, launch settings or job settings)"
     return job
-
-
-def peer_pid(conn: socket.socket) -> int:
-    """The process at the other end of a Unix socket (SO_PEERCRED); 0 where unknown."""
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (OSError, AttributeError):
-        return 0
-    return int(struct.unpack("3i", creds)[0])
 
 
 def _wait_for_job(

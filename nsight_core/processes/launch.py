@@ -87,6 +87,15 @@ class LaunchPlan:
         return plan
 
 
+def peer_pid(conn: socket.socket) -> int:
+    """The process at the other end of a Unix socket (SO_PEERCRED); 0 where unknown."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return 0
+    return int(struct.unpack("3i", creds)[0])
+
+
 class Channel:
     """The judge's end of the contestant's socket, with deadlines and a line-size cap."""
 
@@ -111,11 +120,7 @@ class Channel:
                 conn, _ = self._listener.accept()
                 conn.settimeout(0.2)
                 self._conn = conn
-                with contextlib.suppress(OSError, AttributeError, struct.error):
-                    creds = conn.getsockopt(
-                        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-                    )
-                    self.peer_pid = int(struct.unpack("3i", creds)[0])
+                self.peer_pid = peer_pid(conn)
 
     def send(self, data: bytes) -> None:
         assert self._conn is not None
