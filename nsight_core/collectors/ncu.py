@@ -76,6 +76,11 @@ _NVTX_FLAGS: dict[str, tuple[str, str, str]] = {
 
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 
+NO_SECTIONS_DIR = Path(__file__).resolve().parents[1] / "data" / "ncu_no_sections"
+"""A section folder with no sections (its README says why): ncu reads its whole section
+folder at every start, which a job that names its metrics does not need (docs/backends.md
+has the measurement)."""
+
 _BAD_METRIC_RE = re.compile(
     r"Failed to find metric(?:s|\(s\))?:?\s+(?P<names>.+?)\s*$", re.IGNORECASE
 )
@@ -118,7 +123,9 @@ def build_ncu_command(
     ``--target-processes all`` lets ncu follow a launcher into its child; ``-f`` overwrites a
     report left by an earlier attempt in the same job directory. ncu's own messages go to
     ``log_path``, never to our stdout. ``sections`` (``--section``, for ``diagnose``) add a
-    section's metrics and rules to the explicit ``--metrics``.
+    section's metrics and rules to the explicit ``--metrics``; without any, ncu is given an
+    empty section folder (`NO_SECTIONS_DIR`): it would otherwise read and load every section
+    file and rule it ships at each start, for nothing that is collected.
     """
     names = [m.strip() for m in metrics]
     if not names or any(not m or "," in m for m in names):
@@ -135,6 +142,7 @@ def build_ncu_command(
         "--metrics",
         ",".join(names),
         *(arg for s in sections for arg in ("--section", s)),
+        *(() if sections else ("--section-folder", str(NO_SECTIONS_DIR))),
         "--cache-control",
         _choice("cache_control", cache_control, CACHE_CONTROLS),
         "--clock-control",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.collectors.ncu import (
+    NO_SECTIONS_DIR,
     PERMISSION_URL,
     build_ncu_command,
     classify_ncu_failure,
@@ -59,6 +60,20 @@ def test_command_runs_the_target_under_ncu_with_our_nvtx_filter() -> None:
     assert "-f" in cmd
     assert cmd[-4:] == ["/venv/bin/python", "-m", "nsight_core.worker", "/job"]
     assert cmd.index("-o") < len(cmd) - 4  # every ncu flag comes before the target
+
+
+def test_a_command_without_sections_points_ncu_at_a_folder_with_none() -> None:
+    """ncu reads its whole section folder (52 files and rules in 2025.3) at every start; a
+    job that names its metrics gets a folder where ncu finds nothing to read, one shipped in
+    the package (so a plain install has it), and a diagnose job the default folder."""
+    cmd = _command()
+    folder = Path(_flag(cmd, "--section-folder"))
+    assert folder == NO_SECTIONS_DIR and folder.is_dir()
+    assert not [f for f in folder.iterdir() if f.suffix in (".section", ".py")]
+    assert cmd.index("--section-folder") < cmd.index("-o")
+    with_sections = _command(sections=["SpeedOfLight"])
+    assert "--section-folder" not in with_sections
+    assert _flag(with_sections, "--section") == "SpeedOfLight"
 
 
 def test_command_never_attaches_or_changes_clocks_unasked() -> None:
