@@ -250,8 +250,11 @@ def _findings(
     issued: Sequence[IssuedCall],
     forged_names: dict[int, list[str]],
 ) -> list[Finding]:
-    """Group the foreign and forged kernels by the call windows they fall in: the calls of
-    their nearest placed neighbours in launch order (its own, when it is in one)."""
+    """Group the foreign and forged kernels by the call windows they fall in: its own call
+    when it is in one, else every call issued from its nearest placed neighbour before it
+    to the one after it in launch order (to the last call when none follows). Not only the
+    neighbours: the calls between them left no kernel in their own ranges, and a candidate
+    whose every kernel ran outside them is exactly such a call."""
     windows = [w for _, w, _ in placed]
     before: list[int | None] = []
     last: int | None = None
@@ -270,8 +273,14 @@ def _findings(
     for i, (act, w, cls) in enumerate(placed):
         if cls not in ("foreign", "forged"):
             continue
-        near = [w] if w is not None else [before[i], after[i]]
-        named = {issued[j].annotation for j in near if j is not None}
+        if w is not None:
+            near = [w]
+        else:
+            lo, hi = before[i], after[i]
+            near = list(range(lo or 0, (len(issued) - 1 if hi is None else hi) + 1))
+            if lo is None and hi is None:
+                near = []  # no placed neighbour at all: no call can be named
+        named = {issued[j].annotation for j in near}
         if len(named) > 1:
             named.discard(reference)
         anns = tuple(sorted(named))

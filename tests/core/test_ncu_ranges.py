@@ -259,6 +259,35 @@ def test_an_ended_range_leaves_the_rest_of_the_call_outside() -> None:
     assert (f.kind, f.annotations, f.count) == ("foreign", (CAND,), 2)
 
 
+def test_a_candidate_whose_every_kernel_ran_outside_its_ranges_is_named_not_the_reference() -> None:
+    # H200: a candidate that ends its timed range first leaves no kernel in any range of its
+    # own, and its harness ranges hold none either (contiguous inputs, no copy): its work
+    # follows the reference's last call with nothing placed after it. That work is the
+    # candidate's (issued after the reference's calls), never the reference's.
+    calls, rep = _calls(), _Report()
+    _honest(rep, calls[:3])
+    rep.add("softmax_kernel")
+    rep.add("softmax_kernel")
+    got = classify(rep.actions, calls)
+    [f] = got.findings
+    assert (f.kind, f.annotations, f.count) == ("foreign", (CAND,), 2)
+    # With an honest candidate after it, both candidates are named (one of them), and the
+    # honest one is not blamed alone as when only the neighbours counted.
+    other = "other.py:candidate"
+    more = [*calls, IssuedCall(N[6], other, 0, None), IssuedCall(N[7], other, 0, 0)]
+    rep2 = _Report()
+    _honest(rep2, more[:3])
+    rep2.add("softmax_kernel")
+    _honest(rep2, more[6:])
+    [g] = classify(rep2.actions, more).findings
+    assert g.annotations == tuple(sorted((CAND, other)))
+    failure = Failure(
+        Annotation=CAND, ConfigId=0, ErrorClass=ErrorClass.NO_KERNELS, Error="no kernel"
+    )
+    [named] = _with_findings([failure], got.suspects())
+    assert "ran outside the harness's timed ranges" in named.Error
+
+
 def test_issued_calls_round_trip_and_a_missing_file_means_no_classification(
     tmp_path: Path,
 ) -> None:
