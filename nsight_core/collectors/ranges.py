@@ -273,13 +273,13 @@ def _findings(
     for i, (act, w, cls) in enumerate(placed):
         if cls not in ("foreign", "forged"):
             continue
+        lo, hi = before[i], after[i]
         if w is not None:
-            near = [w]
+            near: Sequence[int] = [w]
+        elif lo is None and hi is None:
+            near = []  # no placed neighbour at all: no call can be named
         else:
-            lo, hi = before[i], after[i]
-            near = list(range(lo or 0, (len(issued) - 1 if hi is None else hi) + 1))
-            if lo is None and hi is None:
-                near = []  # no placed neighbour at all: no call can be named
+            near = range(lo or 0, (len(issued) - 1 if hi is None else hi) + 1)
         named = {issued[j].annotation for j in near}
         if len(named) > 1:
             named.discard(reference)
