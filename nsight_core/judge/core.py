@@ -260,7 +260,10 @@ class Judge:
             read_dirs=[str(self._private), *self._named_dirs()],
             write_dirs=[str(self._private), str(self.arena.directory)],
         )
+        t0 = time.monotonic()
         self.seat.wait_ready(START_TIMEOUT_S)
+        if not self.seat.prestarted:  # which of the two processes a cold job waited for
+            self.phase_seconds["judge.waited"] = round(time.monotonic() - t0, 4)
         self._chan.send(cjob.model_dump_json().encode())
 
     def _named_dirs(self) -> list[str]:
@@ -888,6 +891,25 @@ def check_path_once(device: str) -> Tally:
     return tally
 
 
+class StartClock:
+    """A cold judge's own start, step by step from its contestant's spawn ("judge." keys of
+    `phase_seconds`, for the benchmarks): with the contestant's account it says which of
+    the two processes a cold job waited for, and on what."""
+
+    def __init__(self, spawned: float) -> None:
+        self._last = spawned
+        self._laps: dict[str, float] = {}
+        self.lap("import")
+
+    def lap(self, step: str) -> None:
+        now = time.monotonic()
+        self._laps[f"judge.{step}"] = round(max(0.0, now - self._last), 4)
+        self._last = now
+
+    def account(self) -> dict[str, float]:
+        return dict(self._laps)
+
+
 COLD_HANDOVER_S = 60.0
 """How long a cold judge waits for the job its server hands over as soon as it can connect."""
 
@@ -972,16 +994,22 @@ def main(
     seat = Seat(spec, home, prestarted=prestarted, launched=launched)
     # This process's start until its contestant was spawned.
     spawn_s = seat.started - time.monotonic() + process_age_s()
+    start = StartClock(seat.started)  # the import of this module and the rest of boot.py
     taken: tuple[Path, JobSpec] | None = None
     if not prestarted:
         # A cold judge's job is handed over at once; the job's first step waits for the
         # contestant, so one that never starts is that job's failure, in its events.
         taken = _wait_for_job(listener, seat, cold=True)
+        start.lap("job")
     # While the contestant starts: this process's own frameworks and CUDA context.
     preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
+    start.lap("frameworks")
     init_cuda(early)
+    start.lap("cuda")
     warm_checks()  # cold or pre-started, the contestant takes longer to start than this
+    start.lap("warm")
     gpu = GpuSampler.for_backend(seat.backend.evidence)  # NVML's start, off the job's path
+    start.lap("nvml")
     idle0 = time.monotonic()
     if prestarted:
         try:
@@ -1004,6 +1032,8 @@ def main(
     judge = Judge(job, job.request, job_dir, seat, gpu=gpu)
     if prestarted:
         judge.phase_seconds["standby_idle"] = round(time.monotonic() - idle0, 4)
+    else:  # a cold judge's own start is on the job's path, beside its contestant's
+        judge.phase_seconds.update(start.account())
     try:
         code = judge.run(0.0 if prestarted else spawn_s)
     except Exception as exc:
