@@ -292,7 +292,9 @@ class Provenance(_Model):
             "cuda_thread: its CUDA side thread's own time, which overlapped frameworks; "
             "triton_thread and triton_wait: Triton's start on a side thread in a cold ncu job, "
             "and how long the candidates' load waited for it). Contestant "
-            "keys come from the candidates' process: for benchmarks, never for verdicts."
+            "keys come from the candidates' process: for benchmarks, never for verdicts. "
+            "A cold job also has the judge's own start under 'judge.' keys (import, job, "
+            "frameworks, cuda, warm, nvml; waited: for its contestant's start)."
         ),
     )
     wall_seconds: float | None = Field(

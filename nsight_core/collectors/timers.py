@@ -95,8 +95,7 @@ class CallTimer(ABC):
     kind: ClassVar[ChildTimer]
     external: ClassVar[bool]
     """True when a profiler outside the process measures (ncu reads NVTX ranges): the
-    process then ends through C's exit, where the profiler finishes its report, and runs no
-    GPU warm-up of its own that the profiler would record."""
+    process then runs no GPU warm-up of its own that the profiler would record."""
     relies_on: ClassVar[tuple[str, ...]] = HARNESS_PATHS
     """Dotted prefixes of everything this timer's numbers go through in the contestant
     (functions, classes, their instances' state, buffers): a rebinding there is tampering

@@ -466,10 +466,9 @@ def main(argv: list[str]) -> int:
     }
     code = contestant.serve(sock, reader)
     # torch's interpreter teardown takes 0.5-0.9 s, and a thread a candidate left running
-    # would hold a normal exit until the time limit. Under ncu, whose injected library
-    # finishes in C's exit handlers, only Python's part is skipped; otherwise all of it.
-    if timer.external:
-        exit_native(code)
+    # would hold a normal exit until the time limit. ncu has every result of a request job
+    # before the exit (each kernel's or range's is sent when it is profiled), so C's exit
+    # handlers and the CUDA context's teardown are skipped too (docs/sandbox.md).
     exit_now(code)
     return code
 

@@ -219,6 +219,10 @@ def test_a_cold_job_starts_its_contestant_from_the_servers_plan_before_the_judge
     assert result.provenance is not None
     phases = result.provenance.phase_seconds
     assert "spawn" in phases and "standby_idle" not in phases  # cold: start-up counts
+    steps = ["import", "job", "frameworks", "cuda", "warm", "nvml", "waited"]
+    assert all(phases[f"judge.{s}"] >= 0.0 for s in steps), phases
+    # Whichever process started later, the other waited for it; they cannot both wait long.
+    assert min(phases["judge.waited"], phases["contestant.waited_for_job"]) < 0.5, phases
     assert "nsight_core.contestant" in " ".join(result.provenance.command)
     heavy = ["pydantic", "numpy", "torch", "nsight_core.protocol", "nsight_core.judge.core"]
     probe = f"import sys, nsight_core.judge.boot; print([m for m in {heavy!r} if m in sys.modules])"
@@ -285,9 +289,9 @@ exit_native(3, python_atexit=len(sys.argv) > 1)
 def test_a_native_exit_runs_c_exit_handlers_and_flushes_but_skips_pythons_teardown(
     python_atexit: bool,
 ) -> None:
-    """A contestant under ncu ends through C's exit: ncu finishes its report in C exit
-    handlers, which run (with the exit code), while Python's finalization is skipped; its
-    buffered output still arrives. The `@kernel` mode also runs Python's atexit callbacks."""
+    """The `@kernel` mode ends through C's exit: exit handlers a profiler's injected
+    library registered run (with the exit code), while Python's finalization is skipped; its
+    buffered output still arrives, and so do Python's atexit callbacks when asked for."""
     out = subprocess.run(
         [sys.executable, "-P", "-c", _EXIT_PROBE, *(["atexit"] if python_atexit else [])],
         capture_output=True,
