@@ -152,7 +152,7 @@ def run_planned(
     # now and handed the job at once; without a pool (pre-started judges off), a pool of
     # this job alone.
     pool = standby if standby is not None else StandbyPool(capacity=1)
-    _settle(standby, waits)  # also before a job that will not use it: nothing may overlap
+    _settle(standby, waits, key)  # also before a job that will not use it: nothing may overlap
     t0 = time.monotonic()
     try:
         outcome = pool.run(key, job_dir, wall_s=plan.judge_limit_s, poll=tail.poll, cancel=cancel)
@@ -236,10 +236,10 @@ def job_artifacts(job_dir: Path) -> dict[str, str]:
     }
 
 
-def _settle(standby: StandbyPool | None, waits: dict[str, float] | None) -> None:
+def _settle(standby: StandbyPool | None, waits: dict[str, float] | None, key: StandbyKey) -> None:
     """Wait for the pool's standbys to start and released judges to end, noting how long."""
     if standby is None:
         return
-    settled = standby.settle()
+    settled = standby.settle(key)
     if waits is not None:
         waits.update(settled)

@@ -31,7 +31,10 @@ from nsight_core.errors import ErrorClass
 from nsight_core.request import ProfileRequest
 from nsight_core.runtime.files import CONTESTANT_SOCKET as CONTESTANT_SOCKET
 from nsight_core.runtime.files import MAX_REPLY_BYTES as MAX_REPLY_BYTES
+from nsight_core.runtime.files import READY_FILE as READY_FILE
 from nsight_core.runtime.files import READY_LINE as READY_LINE
+from nsight_core.runtime.files import STANDBY_FILE as STANDBY_FILE
+from nsight_core.runtime.files import STANDBY_SOCKET as STANDBY_SOCKET
 from nsight_core.runtime.files import STDERR_FILE as STDERR_FILE
 from nsight_core.runtime.files import STDOUT_FILE as STDOUT_FILE
 
@@ -306,12 +309,6 @@ class DoneEvent(_Msg):
 # plain JSON that the judge validates with these models: it never unpickles anything the
 # contestant wrote. Array data crosses in shared slots (CUDA IPC or host shared memory).
 
-READY_FILE = "ready"
-"""Made in a pre-started judge's directory once judge and contestant are both started."""
-STANDBY_FILE = "standby.json"
-"""A pre-started judge's `LaunchSpec`, in the directory it is started with."""
-STANDBY_SOCKET = "handover.sock"
-"""Where a pre-started judge listens for the one job directory it will take."""
 RELEASE_FD_ENV = "NSPY_RELEASE_FD"
 """A pre-started judge's pipe to its pool: once the job's events are complete (DoneEvent
 written, file closed) the judge writes its exit code there, and the pool may hand the result

@@ -155,11 +155,12 @@ class LocalExecutor:
             return pool
 
     def begin_prestart(self) -> None:
-        """Start, on a thread, the standbys an earlier server on this store left settings
-        for (once per executor; `EngineConfig.standby_at_start` off turns it off). Jobs wait for that
-        thread (`PRESTART_WAIT_S` at most), so no job is measured while it starts them."""
+        """Start, on a thread, an idle judge per GPU slot and the standbys an earlier server
+        on this store left settings for (once per executor; `EngineConfig.standby_at_start`
+        off turns both off). Jobs wait for that thread (`PRESTART_WAIT_S` at most), so no
+        job is measured while it starts them."""
         with self._pools_lock:
-            if self._prestarted or self.memory is None or not self.config.prestart:
+            if self._prestarted or not self.config.prestart:
                 return
             self._prestarted = True
             self._prestart_done.clear()
@@ -167,15 +168,17 @@ class LocalExecutor:
 
     def _prestart(self) -> None:
         try:
-            assert self.memory is not None
             self.locks.discover()
             for slot in self.locks.known_slots():
-                specs = self.memory.recall(slot.key)
-                pool = self.standby(slot) if specs else None
-                if pool is not None:
-                    env = job_env(slot.visible, self.config)
-                    memory = default_memory_limit(self.config.job_memory)
-                    pool.prestart([StandbyKey.of(spec, env, memory) for spec in specs])
+                pool = self.standby(slot)
+                if pool is None:
+                    continue
+                env = job_env(slot.visible, self.config)
+                memory = default_memory_limit(self.config.job_memory)
+                specs = self.memory.recall(slot.key) if self.memory is not None else []
+                pool.prestart([StandbyKey.of(spec, env, memory) for spec in specs])
+                # Whatever settings the first new request brings, its judge is started.
+                pool.keep_idle(env, memory)
         except Exception:
             log.exception("starting the remembered standbys failed; jobs start cold")
         finally:

@@ -54,6 +54,7 @@ from nsight_core.judge.verdict import (
     trivial_bound,
     type_mismatch,
 )
+from nsight_core.processes.handover import Handover
 from nsight_core.processes.launch import (
     Channel,
     ContestantGone,
@@ -748,7 +749,8 @@ class Judge:
 
     def run(self, spawn_s: float | None = None) -> int:
         # Where a job's wall time goes, for the benchmarks: this process's start until the
-        # contestant was spawned ("spawn"; 0 for a pre-started judge), then (in "import")
+        # contestant was spawned ("spawn"; 0 for a pre-started judge, the handover until
+        # then for an idle one), then (in "import")
         # until its hello, and its exit at the end.
         if spawn_s is not None:
             self.phase_seconds["spawn"] = round(spawn_s, 4)
@@ -981,12 +983,8 @@ def main(
     start-up counts against the job's limit. ``launched``: the contestant boot.py started
     from the server's plan; ``early``: the CUDA context boot.py began on a side thread."""
     release_fd = _release_fd()
-    try:
-        spec = LaunchSpec.model_validate_json((home / STANDBY_FILE).read_text())
-    except (OSError, ValidationError) as exc:
-        sys.stderr.write(f"nsight_core.judge.core: bad launch file: {exc}\n")
-        if launched is not None:
-            launched.proc.cancel.set()
+    spec = _read_spec(home, launched)
+    if spec is None:
         return int(JobExit.BAD_JOB)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(home / STANDBY_SOCKET))
@@ -1028,14 +1026,72 @@ def main(
         seat.close()
         return int(JobExit.OK)
     job_dir, job = taken
+    # A cold judge's own start is on the job's path, beside its contestant's.
+    phases = {"standby_idle": round(time.monotonic() - idle0, 4)} if prestarted else start.account()
+    return _run_job(job, job_dir, seat, gpu, phases, 0.0 if prestarted else spawn_s, release_fd)
+
+
+def idle_main(home: Path, handover: Handover, early: EarlyCuda | None = None) -> int:
+    """An idle judge (handover.py): start before any request, then run the job handed over,
+    whose contestant the handover thread started the moment it came.
+
+    Its start is off the job's path unless the job came during it; then the warm-up of the
+    checking path is skipped (the job's first calls load only what they use)."""
+    release_fd = _release_fd()
+    preload_frameworks(FRAMEWORKS)
+    init_cuda(early)
+    if not handover.arrived():
+        warm_checks()
+    ready = time.monotonic()
+    (home / READY_FILE).touch()
+    taken = handover.wait()
+    spec = _read_spec(home, taken.launched)
+    if spec is None:
+        return int(JobExit.BAD_JOB)
+    seat = Seat(spec, home, prestarted=False, launched=taken.launched)
+    job = _read_job(taken.job_dir)
+    if isinstance(job, str) or job.launch != spec:
+        why = job if isinstance(job, str) else "the job's settings differ from its launch file"
+        sys.stderr.write(f"nsight_core.judge.core: {why}\n")
+        seat.close()
+        return int(JobExit.BAD_JOB)
+    gpu = GpuSampler.for_backend(seat.backend.evidence)
+    # How long it waited ready for the job, or how much of its start was left when it came.
+    phases = {
+        "judge.idle": round(max(0.0, taken.received - ready), 4),
+        "judge.start_left": round(max(0.0, ready - taken.received), 4),
+    }
+    spawn_s = max(1e-4, seat.started - taken.received)  # the handover until the spawn
+    return _run_job(job, taken.job_dir, seat, gpu, phases, spawn_s, release_fd)
+
+
+def _read_spec(home: Path, launched: Launched | None) -> LaunchSpec | None:
+    """HOME's `LaunchSpec`; None (the contestant stopped) when it is missing or bad."""
+    try:
+        return LaunchSpec.model_validate_json((home / STANDBY_FILE).read_text())
+    except (OSError, ValidationError) as exc:
+        sys.stderr.write(f"nsight_core.judge.core: bad launch file: {exc}\n")
+        if launched is not None:
+            launched.proc.cancel.set()
+        return None
+
+
+def _run_job(
+    job: JobSpec,
+    job_dir: Path,
+    seat: Seat,
+    gpu: GpuSampler,
+    phases: dict[str, float],
+    spawn_s: float,
+    release_fd: int | None,
+) -> int:
+    """Judge the job taken on ``seat``; its exit code, told to the pool once every event of
+    the job is written."""
     assert job.request is not None
     judge = Judge(job, job.request, job_dir, seat, gpu=gpu)
-    if prestarted:
-        judge.phase_seconds["standby_idle"] = round(time.monotonic() - idle0, 4)
-    else:  # a cold judge's own start is on the job's path, beside its contestant's
-        judge.phase_seconds.update(start.account())
+    judge.phase_seconds.update(phases)
     try:
-        code = judge.run(0.0 if prestarted else spawn_s)
+        code = judge.run(spawn_s)
     except Exception as exc:
         with EventWriter(job_dir / EVENTS_FILE) as events:
             events.emit(failure_event("<judge>", "profile", exc))

@@ -150,26 +150,23 @@ class Standby:
         *,
         speculative: bool = False,
         prestarted: bool = True,
+        idle: bool = False,
     ) -> None:
         """Start the judge for ``key``: ``prestarted`` before any job (it waits up to
         ``idle_s``), else cold, for a job handed over at once (``idle_s`` is then the job's
-        own limit). Both go through the same start: judge/boot.py."""
+        own limit). Both go through the same start: judge/boot.py. ``idle``: a judge alone,
+        for any spec with ``key``'s environment and memory limit (handover.py), told the
+        job's spec and contestant's command at the handover."""
         self.key = key
         self.idle_s = idle_s
         self.speculative = speculative
         """Started at the server's start from `StandbyMemory`, not after a job like it: a
         job that arrives while it still starts retires it instead of waiting (`settle`)."""
+        self.idle = idle
         self.home = socket_home("nspy-standby-")
-        (self.home / STANDBY_FILE).write_text(key.spec)
-        # The contestant's command, so the judge can start it before its own imports.
-        # Without a plan the judge makes the command itself, and reports what failed.
         self._private: str | None = None
-        with contextlib.suppress(Exception):
-            plan = plan_launch(
-                LaunchSpec.model_validate_json(key.spec), self.home, prestarted=prestarted
-            )
-            plan.write(self.home)
-            self._private = plan.private
+        if not idle:
+            self._write_spec(key.spec, prestarted=prestarted)
         self.deadline = Deadline(idle_s)
         self.cancel = threading.Event()
         self.outcome: SandboxOutcome | None = None
@@ -181,11 +178,23 @@ class Standby:
         # complete (judge.release); only the judge inherits the write end.
         self._release_r, self._release_w = os.pipe()
         env = {**dict(key.env), RELEASE_FD_ENV: str(self._release_w)}
-        mode = "--standby" if prestarted else "--cold"
+        mode = "--idle" if idle else "--standby" if prestarted else "--cold"
         argv = [sys.executable, "-P", "-m", "nsight_core.judge.boot", mode, str(self.home)]
         self.argv = argv
         self._thread = threading.Thread(target=self._run, args=(argv, env), daemon=True)
         self._thread.start()
+
+    def _write_spec(self, spec: str, *, prestarted: bool) -> None:
+        """The judge's `LaunchSpec` and its contestant's command, so the judge can start it
+        before its own imports. Without a plan the judge makes the command itself, and
+        reports what failed."""
+        (self.home / STANDBY_FILE).write_text(spec)
+        with contextlib.suppress(Exception):
+            plan = plan_launch(
+                LaunchSpec.model_validate_json(spec), self.home, prestarted=prestarted
+            )
+            plan.write(self.home)
+            self._private = plan.private
 
     def _run(self, argv: list[str], env: dict[str, str]) -> None:
         try:
@@ -217,9 +226,20 @@ class Standby:
     def fresh(self) -> bool:
         return self.alive() and time.monotonic() - self.started < self.idle_s - STANDBY_MARGIN_S
 
-    def hand(self, job_dir: Path, wall_s: float, poll: Callable[[], None] | None) -> str | None:
+    def hand(
+        self,
+        job_dir: Path,
+        wall_s: float,
+        poll: Callable[[], None] | None,
+        spec: str | None = None,
+    ) -> str | None:
         """Give the judge ``job_dir`` (its job.json written); None when it took it, else why
-        not (the caller then starts the job cold)."""
+        not (the caller then starts the job cold). An idle judge is given ``spec`` (the
+        job's key's) and its contestant's command first."""
+        if self.idle:
+            if spec is None:
+                return "an idle judge needs the job's launch settings"
+            self._write_spec(spec, prestarted=False)
         self.deadline.arm(wall_s)
         self.handed_at = time.monotonic()
         self._poll = poll
@@ -322,8 +342,15 @@ class StandbyPool:
         self._closed = False
         self._draining: list[threading.Thread] = []
         """Released jobs' judges still ending (`run`), waited for before the next job."""
+        self._idle: Standby | None = None
+        """The idle judge (handover.py): any job of its environment that finds no standby of
+        its own settings goes to it rather than to a cold start."""
+        self._idle_base: StandbyKey | None = None
+        """The environment and memory limit an idle judge is kept for (`keep_idle`)."""
         self.taken = 0
         """Jobs handed to a standby so far (the tests and benchmarks read it)."""
+        self.taken_idle = 0
+        """Jobs handed to an idle judge so far."""
         self.released = 0
         """Of those, jobs whose judge released them before its process had ended."""
 
@@ -332,6 +359,12 @@ class StandbyPool:
         """The most recent standby waiting now, if any (it may still be starting)."""
         with self._lock:
             return next(reversed(self._spares.values()), None)
+
+    @property
+    def idle(self) -> Standby | None:
+        """The idle judge kept now, if any (it may still be starting)."""
+        with self._lock:
+            return self._idle
 
     def _take(self, key: StandbyKey) -> Standby | None:
         """The standby for ``key``, removed from the pool; None when there is no fresh one."""
@@ -360,6 +393,15 @@ class StandbyPool:
         if spare is not None and spare.hand(job_dir, wall_s, poll) is not None:
             spare.retire()  # it did not take the job (it ended, or refused it): start cold
             spare = None
+        elif spare is not None:
+            self.taken += 1
+        if spare is None:
+            spare = self._take_idle(key)
+            if spare is not None and spare.hand(job_dir, wall_s, poll, key.spec) is not None:
+                spare.retire()
+                spare = None
+            elif spare is not None:
+                self.taken_idle += 1
         if spare is None:
             spare = Standby(key, wall_s, prestarted=False)
             why = spare.hand(job_dir, wall_s, poll)
@@ -368,8 +410,6 @@ class StandbyPool:
                 spare.collect(job_dir)
                 assert spare.outcome is not None
                 return spare.outcome
-        else:
-            self.taken += 1
         outcome = spare.wait(cancel)
         if outcome is not None:
             spare.collect(job_dir)
@@ -384,13 +424,47 @@ class StandbyPool:
             self.released += 1
         return released(spare.argv, time.monotonic() - spare.handed_at)
 
-    def settle(self, timeout_s: float = HANDOVER_TIMEOUT_S) -> dict[str, float]:
+    def _take_idle(self, key: StandbyKey) -> Standby | None:
+        """The idle judge, removed from the pool, when it serves ``key``'s environment."""
+        with self._lock:
+            idle = self._idle
+            if idle is None or not _same_base(idle.key, key):
+                return None
+            self._idle = None
+        if idle.fresh():
+            return idle
+        idle.retire()
+        return None
+
+    def keep_idle(self, env: Mapping[str, str], memory_bytes: int | None) -> None:
+        """Keep an idle judge for jobs with this environment and memory limit: one starts
+        now, and another after each job that took one (`refill`)."""
+        with self._lock:
+            self._idle_base = StandbyKey("", tuple(sorted(env.items())), memory_bytes)
+        self._start_idle()
+
+    def _start_idle(self) -> None:
+        with self._lock:
+            base = self._idle_base
+            if self._closed or base is None or (self._idle is not None and self._idle.alive()):
+                return
+            old, self._idle = self._idle, Standby(base, self.idle_s, idle=True)
+        if old is not None:
+            old.retire()
+
+    def settle(
+        self, key: StandbyKey | None = None, timeout_s: float = HANDOVER_TIMEOUT_S
+    ) -> dict[str, float]:
         """Wait until no standby is still starting and no released judge is still ending:
         imports, CUDA context creation and teardown must not overlap a job's measurements on
         the same GPU. A speculative standby still starting is retired instead, whatever its
         settings: its start (it also imports Triton and warms its GPU path) takes longer than
         a cold job's, so waiting for it would make the job slower than starting cold
         (docs/sandbox.md has the measurement).
+
+        ``key``: the next job's, which decides whether an idle judge still starting is
+        that job's judge (it goes on) or would overlap it (it is retired; another starts
+        after the job).
 
         Returns the seconds waited by cause ('standby': starting or retiring standbys,
         'previous_job': a released judge ending), for the job's provenance: a request sent
@@ -403,6 +477,13 @@ class StandbyPool:
             for k, spare in list(self._spares.items()):
                 if spare.speculative and not spare.ready():
                     doomed.append(self._spares.pop(k))
+            # An idle judge still starting may go on only if ``key``'s job is its own: it
+            # starts its contestant at the handover and sends nothing before its start is
+            # done. Without a key (no job follows) it is left to start.
+            idle = self._idle
+            if idle is not None and key is not None and _overlaps(idle, key, self._spares):
+                doomed.append(idle)
+                self._idle = None
             spares = list(self._spares.values())
             draining = list(self._draining)
         for spare in doomed:
@@ -434,6 +515,8 @@ class StandbyPool:
             specs = [LaunchSpec.model_validate_json(k.spec) for k in self._spares]
         for sb in old:
             sb.retire()
+        if not speculative:
+            self._start_idle()  # the next job with new settings: the one before took it
         if self.memory is not None and not speculative:
             self.memory.note(self.slot, specs)
 
@@ -447,7 +530,21 @@ class StandbyPool:
         with self._lock:
             self._closed = True
             spares, self._spares = list(self._spares.values()), {}
+            if self._idle is not None:
+                spares.append(self._idle)
+                self._idle = None
         for spare in spares:
             with contextlib.suppress(Exception):
                 spare.retire()
         self.settle()  # released judges end under their own limits; wait for them
+
+
+def _same_base(idle: StandbyKey, key: StandbyKey) -> bool:
+    """An idle judge serves a job whose processes get its environment and memory limit."""
+    return idle.env == key.env and idle.memory_bytes == key.memory_bytes
+
+
+def _overlaps(idle: Standby, key: StandbyKey, spares: Mapping[StandbyKey, Standby]) -> bool:
+    """Whether an idle judge's start would overlap ``key``'s job: it still starts, and the
+    job goes elsewhere (another environment, or a standby of its own settings)."""
+    return not idle.ready() and (not _same_base(idle.key, key) or key in spares)

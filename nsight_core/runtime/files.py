@@ -17,3 +17,12 @@ READY_LINE = b"ready"
 MAX_REPLY_BYTES = 1 << 20
 """A contestant reply longer than this is a protocol violation (outputs are described, not
 sent: array data lives in slots)."""
+
+READY_FILE = "ready"
+"""Made in a pre-started judge's directory once it (and its contestant, if it has one yet)
+has started."""
+STANDBY_FILE = "standby.json"
+"""A pre-started judge's `LaunchSpec`, in the directory it is started with (an idle judge's:
+written by the server just before the handover)."""
+STANDBY_SOCKET = "handover.sock"
+"""Where a pre-started judge listens for the one job directory it will take."""

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from nsight_core.protocol import READY_FILE
+from nsight_core.protocol import READY_FILE, STANDBY_FILE
 from tests.core.test_sandbox import alive
 from tests.mcp.test_server import softmax_request, structured
 
@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("own_
 
 
 def standby_pids() -> set[int]:
-    """Processes running a pre-started judge (``nsight_core.judge.boot --standby``)."""
+    """Processes running a pre-started judge (``nsight_core.judge.boot --standby``) or an
+    idle one (``--idle``)."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -41,15 +42,17 @@ def standby_pids() -> set[int]:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"nsight_core.judge.boot" in cmd and b"--standby" in cmd:
+        if b"nsight_core.judge.boot" in cmd and (b"--standby" in cmd or b"--idle" in cmd):
             found.add(int(entry.name))
     return found
 
 
 def ready_standbys() -> set[Path]:
     """Homes of pre-started judges whose pair has started (standby.py's ready file), in this
-    test's temporary directory (`own_tempdir`)."""
-    return {p.parent for p in Path(tempfile.gettempdir()).glob(f"nspy-standby-*/{READY_FILE}")}
+    test's temporary directory (`own_tempdir`); not an idle judge's, which has no settings
+    (no standby.json) until it takes a job."""
+    homes = Path(tempfile.gettempdir()).glob(f"nspy-standby-*/{READY_FILE}")
+    return {p.parent for p in homes if (p.parent / STANDBY_FILE).is_file()}
 
 
 def server_params(tmp_path: Path) -> StdioServerParameters:
@@ -77,6 +80,8 @@ async def test_the_second_request_goes_to_the_pre_started_judge_and_none_outlive
     assert first["status"] == second["status"] == "done", (first["message"], second["message"])
     phases = [a["provenance"]["phase_seconds"] for a in answers]
     assert "standby_idle" not in phases[0] and phases[0]["spawn"] > 0
+    # The first went to the idle judge the server started at its own start (handover.py).
+    assert "judge.start_left" in phases[0] and "judge.import" not in phases[0], phases[0]
     assert phases[1]["standby_idle"] >= 0 and phases[1]["spawn"] == 0
     verdicts = [{c["Annotation"]: c["Passed"] for c in a["correctness"]} for a in answers]
     assert verdicts[0] == verdicts[1] and sorted(verdicts[1].values()) == [False, True]

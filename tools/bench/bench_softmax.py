@@ -22,7 +22,9 @@ gpu__time_duration.sum and dram__throughput.avg.pct_of_peak_sustained_elapsed,
    request against the mean of the two raw runs around it (the hosts' speed drifts).
    Last, two more servers on the first session's store: each starts the pre-started pair
    for the setting that store remembers at its own start (standby.json), and its first
-   request is timed at once and after ``--think`` seconds.
+   request is timed at once and after ``--think`` seconds; and a server on a fresh store
+   whose first request comes after ``--think`` seconds (its idle judge has started, no
+   contestant can have: handover.py).
 
 It prints, per (annotation, shape, metric), each route's AvgValue and its deviation from the
 raw value, and each route's wall time divided by the raw run's (goals: kernel <= 1.2; a
@@ -176,7 +178,7 @@ async def _mcp(
             # The rest of the request: planning, reading the report, the rows, the protocol.
             rest_s = walls[-1] - job_s - waited_s
             sys.stderr.write(
-                f"request {i + 1} ({'pre-started' if 'standby_idle' in phases else 'cold'}): "
+                f"request {i + 1} ({_start_kind(phases)}): "
                 f"{walls[-1]:.2f} s = waited {waited_s:.2f} s {json.dumps(prov.get('waits'))} "
                 f"+ job {job_s:.2f} s + the rest {rest_s:.2f} s; judge (inputs, reference, "
                 f"output checks of every call): {judge_s:.3f} s = "
@@ -193,6 +195,14 @@ async def _mcp(
     rows = answer.structured_content["rows"]
     values = {(r["Annotation"], r["ConfigId"], r["Metric"]): r["AvgValue"] for r in rows}
     return walls, values, doc, client_schema_check_s(schema)
+
+
+def _start_kind(phases: dict[str, float]) -> str:
+    if "standby_idle" in phases:
+        return "pre-started"
+    if "judge.start_left" in phases:  # the judge started before the request, its contestant not
+        return f"idle judge, its start {phases['judge.start_left']:.2f} s short"
+    return "cold"
 
 
 def client_schema_check_s(schema: dict[str, object] | None) -> float:
@@ -289,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         restarted = [
             anyio.run(_mcp, str(work / "store"), 1, 0.0, delay)[0][0] for delay in (0.0, args.think)
         ]
+        # A fresh server whose first request comes after an agent's pause: its idle judge
+        # (handover.py) has started meanwhile, its contestant cannot have.
+        paused = anyio.run(_mcp, str(work / "store-paused"), 1, 0.0, args.think)[0][0]
         raw2, raw2_values = run_raw(work, str(len(raws) + 1))
         raws.append(raw2)
         sys.stderr.write(startup_costs() + "\n")
@@ -329,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{warm / raw:.3f}x (goal <= 0.4); first request of a restarted server on the "
         f"first store (its remembered setting pre-started at its start): at once "
         f"{restarted[0]:.2f} s = {restarted[0] / raw:.3f}x, after {args.think:g} s "
-        f"{restarted[1]:.2f} s = {restarted[1] / raw:.3f}x"
+        f"{restarted[1]:.2f} s = {restarted[1] / raw:.3f}x; first request of a fresh server "
+        f"after {args.think:g} s (its idle judge up, no contestant): {paused:.2f} s = "
+        f"{paused / raw:.3f}x"
     )
     sys.stdout.write("\n".join(lines) + "\n")
     if args.json:
@@ -341,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kernel_wall_s": kernel_wall,
                     "mcp_wall_s": mcp_walls,
                     "mcp_restarted_first_request_wall_s": restarted,
+                    "mcp_paused_first_request_wall_s": paused,
                     "raw": {str(k): v for k, v in raw_values.items()},
                     "raw2": {str(k): v for k, v in raw2_values.items()},
                     "kernel": {str(k): v for k, v in kernel_values.items()},
