@@ -4,8 +4,6 @@ the moment the job comes; it is judged as a cold job is, and only the pool can h
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,45 +16,7 @@ from nsight_core.plan.job_plan import job_env
 from nsight_core.processes.sandbox import default_memory_limit
 from nsight_core.processes.standby import Standby, StandbyPool
 from nsight_core.protocol import STANDBY_SOCKET
-from nsight_core.request import ProfileRequest
-from nsight_core.results import ProfileResult
-
-SOURCE = """
-def make_inputs(n):
-    return ([float(i) for i in range(n)],)
-
-def ref(xs):
-    return [2.0 * x for x in xs]
-
-def good(xs):
-    return [x + x for x in xs]
-
-def wrong(xs):
-    return [0.0 for x in xs]
-"""
-
-
-def request(**kw: object) -> ProfileRequest:
-    base: dict[str, object] = {
-        "reference": "ref",
-        "candidates": ["good", "wrong"],
-        "inputs": "make_inputs",
-        "source": SOURCE,
-        "reference_source": SOURCE,
-        "configs": [{"n": 64}],
-        "runs": 3,
-        "backend": "events",
-    }
-    return ProfileRequest.model_validate({**base, **kw})
-
-
-def verdicts(result: ProfileResult) -> list[tuple[str, bool]]:
-    return [(c.Annotation, c.Passed) for c in result.correctness]
-
-
-def phases(result: ProfileResult) -> dict[str, float]:
-    assert result.provenance is not None, result.message
-    return result.provenance.phase_seconds
+from tests.core.test_standby import intrude, phases, request, verdicts
 
 
 @pytest.fixture
@@ -121,22 +81,7 @@ def test_only_the_pool_that_started_an_idle_judge_can_hand_it_a_job(
     idle = ready_idle(pool)
     forged = tmp_path / "forged"
     forged.mkdir()
-    intruder = (
-        "import socket, sys\n"
-        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5)\n"
-        "s.connect(sys.argv[1])\n"
-        "try:\n"
-        "    s.sendall(sys.argv[2].encode() + b'\\n')\n"
-        "    print(repr(s.recv(100)))\n"
-        "except (BrokenPipeError, ConnectionResetError):  # closed on us, unanswered\n"
-        "    print(repr(b''))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", intruder, str(idle.home / STANDBY_SOCKET), str(forged)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = intrude(idle.home / STANDBY_SOCKET, forged)
     assert out.stdout.strip() == "b''", out  # closed unanswered, no "ok"
     assert idle.alive() and not (forged / "events.jsonl").exists()
     result = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)

@@ -63,6 +63,27 @@ def phases(result: ProfileResult) -> dict[str, float]:
     return result.provenance.phase_seconds
 
 
+def intrude(sock: Path, job_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Another process that finds a judge's handover socket and names a job directory; it
+    prints what it was answered (``b''``: closed unanswered)."""
+    intruder = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5)\n"
+        "s.connect(sys.argv[1])\n"
+        "try:\n"
+        "    s.sendall(sys.argv[2].encode() + b'\\n')\n"
+        "    print(repr(s.recv(100)))\n"
+        "except (BrokenPipeError, ConnectionResetError):  # closed on us, unanswered\n"
+        "    print(repr(b''))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", intruder, str(sock), str(job_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 @pytest.fixture
 def pool() -> Iterator[StandbyPool]:
     p = StandbyPool()
@@ -218,22 +239,7 @@ def test_only_the_pool_that_started_a_judge_can_hand_it_a_job(
     assert spare is not None and spare.ready()
     forged = tmp_path / "forged"
     forged.mkdir()
-    intruder = (
-        "import socket, sys\n"
-        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5)\n"
-        "s.connect(sys.argv[1])\n"
-        "try:\n"
-        "    s.sendall(sys.argv[2].encode() + b'\\n')\n"
-        "    print(repr(s.recv(100)))\n"
-        "except (BrokenPipeError, ConnectionResetError):  # closed on us, unanswered\n"
-        "    print(repr(b''))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", intruder, str(spare.home / STANDBY_SOCKET), str(forged)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = intrude(spare.home / STANDBY_SOCKET, forged)
     assert out.stdout.strip() == "b''", out  # closed unanswered, no "ok"
     assert spare.alive() and not (forged / "events.jsonl").exists()
     result = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
