@@ -916,13 +916,16 @@ COLD_HANDOVER_S = 60.0
 """How long a cold judge waits for the job its server hands over as soon as it can connect."""
 
 
-def _read_job(job_dir: Path) -> JobSpec | str:
+def _read_job(job_dir: Path, spec: LaunchSpec) -> JobSpec | str:
+    """The request job in ``job_dir`` for a judge launched with ``spec``; else why not."""
     try:
         job = JobSpec.model_validate_json((job_dir / JOB_FILE).read_text())
     except (OSError, ValidationError) as exc:
         return f"bad job file: {exc}"
     if job.request is None or job.launch is None or job.settings is None:
         return "not a request job (no request, launch settings or job settings)"
+    if job.launch != spec:
+        return "the job's settings differ from this judge's"
     return job
 
 
@@ -954,12 +957,9 @@ def _wait_for_job(
             try:
                 line = conn.makefile("rb").readline(4096).strip()
                 job_dir = Path(line.decode()).resolve()
-                job = _read_job(job_dir)
+                job = _read_job(job_dir, seat.spec)
                 if isinstance(job, str):
                     conn.sendall(f"no: {job}\n".encode())
-                    return None
-                if job.launch != seat.spec:
-                    conn.sendall(b"no: the job's settings differ from this judge's\n")
                     return None
                 conn.sendall(b"ok\n")
             except (OSError, UnicodeDecodeError, ValueError):
@@ -1049,10 +1049,9 @@ def idle_main(home: Path, handover: Handover, early: EarlyCuda | None = None) ->
     if spec is None:
         return int(JobExit.BAD_JOB)
     seat = Seat(spec, home, prestarted=False, launched=taken.launched)
-    job = _read_job(taken.job_dir)
-    if isinstance(job, str) or job.launch != spec:
-        why = job if isinstance(job, str) else "the job's settings differ from its launch file"
-        sys.stderr.write(f"nsight_core.judge.core: {why}\n")
+    job = _read_job(taken.job_dir, spec)
+    if isinstance(job, str):
+        sys.stderr.write(f"nsight_core.judge.core: {job}\n")
         seat.close()
         return int(JobExit.BAD_JOB)
     gpu = GpuSampler.for_backend(seat.backend.evidence)
