@@ -439,6 +439,9 @@ class HelloMsg(_Msg):
     notes: list[str] = Field(default_factory=list)
     host_s: dict[str, float] = Field(default_factory=dict)
     """Where the contestant's start-up went (seconds): for benchmarks, never for verdicts."""
+    primed: bool = False
+    """The contestant ran the prime under ncu (runtime/early_cuda.py). The judge reads it from
+    the first hello only, which comes before any candidate is imported."""
 
 
 class KernelTiming(_Msg):

@@ -121,19 +121,32 @@ def _main(argv: Sequence[str] | None) -> int:
         http = getattr(args, "http", False)
         if not http and sys.stdin.isatty():
             sys.stderr.write(STDIO_TTY_NOTE)
-        # What a first request would otherwise pay for, read while the MCP SDK imports
+        store = getattr(args, "store", None)
+        executor = getattr(args, "executor", None)
+        # First the GPUs' idle judges (their start is the longest of a fresh server's), then
+        # what a first request would otherwise pay for, read while the MCP SDK imports
         # (about half a second): the environment probe, the chip's catalog, the store's
         # result validator and ncu_report's reader.
-        threading.Thread(target=_warm_first_request, name="nspy warm probe", daemon=True).start()
-        from nspy_mcp.server import serve  # lazy: each command loads only what it needs
+        from nspy_mcp.executors import start_local  # lazy: serve only
 
-        return serve(
-            http=http,
-            host=getattr(args, "host", "127.0.0.1"),
-            port=getattr(args, "port", 8765),
-            store=getattr(args, "store", None),
-            executor=getattr(args, "executor", None),
-        )
+        local = start_local(store, executor)
+        try:
+            threading.Thread(
+                target=_warm_first_request, name="nspy warm probe", daemon=True
+            ).start()
+            from nspy_mcp.server import serve  # lazy: each command loads only what it needs
+
+            return serve(
+                http=http,
+                host=getattr(args, "host", "127.0.0.1"),
+                port=getattr(args, "port", 8765),
+                store=store,
+                executor=executor,
+                local=local,
+            )
+        finally:
+            if local is not None:  # a server that did not start retires its judges too
+                local.close()  # (a no-op once the server's own end retired them)
     if command == "demo":
         from nspy_mcp.demo import run_demo  # lazy: each command loads only what it needs
 

@@ -27,7 +27,7 @@ import anyio.to_thread
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import job_env
 from nsight_core.processes.sandbox import default_memory_limit
-from nsight_core.processes.standby import StandbyKey, StandbyMemory, StandbyPool
+from nsight_core.processes.standby import MEMORY_FILE, StandbyKey, StandbyMemory, StandbyPool
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -112,6 +112,29 @@ class Executor(Protocol):
         ...
 
 
+def start_local(store: str | None, executor: str | None) -> LocalExecutor | None:
+    """`nspy-mcp serve`'s executor for this host's GPUs, its idle judges starting now.
+
+    The command calls this before it imports the MCP SDK and builds the server, which take
+    longer than the rest of a server's start: a judge started here is further along when a
+    fresh server's first request comes, and that request's contestant never waits for it.
+    None when jobs go to a Dask cluster (or the executor is malformed: the server says so).
+    """
+    from nsight_core.store.result_store import default_store_root  # lazy: serve only
+    from nspy_mcp.cluster import parse_executor  # lazy: cluster.py imports this module
+
+    try:
+        if parse_executor(executor) is not None:
+            return None
+    except ValueError:
+        return None
+    config = EngineConfig.from_env()
+    root = Path(store) if store is not None else default_store_root(config)
+    local = LocalExecutor.for_store(root, config)
+    local.begin_prestart(now=True)
+    return local
+
+
 PRESTART_WAIT_S = 30.0
 """How long a job waits for the server's start to have started the remembered standbys."""
 
@@ -154,17 +177,33 @@ class LocalExecutor:
                 )
             return pool
 
-    def begin_prestart(self) -> None:
-        """Start, on a thread, an idle judge per GPU slot and the standbys an earlier server
-        on this store left settings for (once per executor; `EngineConfig.standby_at_start`
-        off turns both off). Jobs wait for that thread (`PRESTART_WAIT_S` at most), so no
-        job is measured while it starts them."""
+    @classmethod
+    def for_store(
+        cls, root: Path, config: EngineConfig, locks: DeviceLocks | None = None
+    ) -> LocalExecutor:
+        """The executor of a server on the result store at ``root``: its pools remember their
+        standbys' settings there (`MEMORY_FILE`), for the next server on that store."""
+        return cls(
+            locks or DeviceLocks(),
+            memory=StandbyMemory(Path(root).expanduser() / MEMORY_FILE),
+            config=config,
+        )
+
+    def begin_prestart(self, *, now: bool = False) -> None:
+        """Start an idle judge per GPU slot and the standbys an earlier server on this store
+        left settings for (once per executor; `EngineConfig.standby_at_start` off turns both
+        off): on a thread, or with ``now`` in this one (reading the GPUs, then starting the
+        processes, which start on their own). Jobs wait for that (`PRESTART_WAIT_S` at
+        most), so no job is measured while it starts them."""
         with self._pools_lock:
             if self._prestarted or not self.config.prestart:
                 return
             self._prestarted = True
             self._prestart_done.clear()
-        threading.Thread(target=self._prestart, name="nspy prestart", daemon=True).start()
+        if now:
+            self._prestart()
+        else:
+            threading.Thread(target=self._prestart, name="nspy prestart", daemon=True).start()
 
     def _prestart(self) -> None:
         try:
@@ -179,6 +218,7 @@ class LocalExecutor:
                 pool.prestart([StandbyKey.of(spec, env, memory) for spec in specs])
                 # Whatever settings the first new request brings, its judge is started.
                 pool.keep_idle(env, memory)
+                log.debug("an idle judge is starting for %s", slot.label)
         except Exception:
             log.exception("starting the remembered standbys failed; jobs start cold")
         finally:

@@ -36,7 +36,6 @@ from nsight_core.host.catalog import validate_metrics as catalog_validate_metric
 from nsight_core.host.probe import EnvironmentReport, probe_environment
 from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.sandbox import protect_this_process
-from nsight_core.processes.standby import MEMORY_FILE, StandbyMemory
 from nsight_core.request import ProfileRequest
 from nsight_core.results import JobStatus, ProfileResult
 from nsight_core.store.result_store import (
@@ -422,15 +421,17 @@ def build_server(
     executor: str | None = None,
     locks: DeviceLocks | None = None,
     config: EngineConfig | None = None,
+    local: LocalExecutor | None = None,
 ) -> MCPServer[AppState]:
     """The nspy-mcp server on the result store at `store` (default: see docs/results.md).
 
     `executor`: 'local' (this host's GPUs, `locks`) or 'dask://HOST:PORT' (docs/cluster.md);
     default $NSPY_MCP_EXECUTOR, else local. `config`: the engine's settings; default: read
     once, now, from this process's environment (tests on hosts without ncu set its
-    `profile_backend`).
+    `profile_backend`). `local`: this host's executor, made for this store by
+    `executors.start_local` (its settings and locks are then the server's).
     """
-    config = config or EngineConfig.from_env()
+    config = config or (local.config if local is not None else EngineConfig.from_env())
     result_store = (
         store
         if isinstance(store, ResultStore)
@@ -440,11 +441,7 @@ def build_server(
         )
     )
     scheduler = parse_executor(executor)
-    local = LocalExecutor(
-        locks or DeviceLocks(),
-        memory=StandbyMemory(result_store.root / MEMORY_FILE),
-        config=config,
-    )
+    local = local or LocalExecutor.for_store(result_store.root, config, locks)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
@@ -504,9 +501,16 @@ def _is_loopback(host: str) -> bool:
 
 
 def serve(
-    *, http: bool, host: str, port: int, store: str | None, executor: str | None = None
+    *,
+    http: bool,
+    host: str,
+    port: int,
+    store: str | None,
+    executor: str | None = None,
+    local: LocalExecutor | None = None,
 ) -> int:
-    """Run the server: stdio by default, streamable HTTP on a loopback address with `http`."""
+    """Run the server: stdio by default, streamable HTTP on a loopback address with `http`.
+    `local`: its executor, already starting its judges (`executors.start_local`)."""
     if http and not _is_loopback(host):
         # profile_candidates runs the code it is given; without authentication that must
         # not be reachable from other machines.
@@ -521,7 +525,7 @@ def serve(
             "its /proc/<pid>/environ"
         )
     try:
-        server = build_server(store, executor=executor)
+        server = build_server(store, executor=executor, local=local)
     except ValueError as exc:  # a malformed --executor / NSPY_MCP_EXECUTOR
         sys.stderr.write(f"nspy-mcp: {exc}\n")
         return 2

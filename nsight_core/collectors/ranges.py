@@ -21,6 +21,11 @@ every kernel into:
   ranges at once, or out of the order the judge issued the calls. Dropped from the values,
   and the call window's rows become suspicious.
 
+One kernel is none of these: the contestant's prime (runtime/early_cuda.py), when its first
+hello said it ran, is the report's first result and counts for nothing. The prime ran
+before the job existed, so nothing can come before it; a kernel of that name anywhere
+else, or without that hello, is sorted like any other.
+
 A pure function over `ActionInfo` records, so it is tested without a GPU; the ncu backend
 applies it (`ncu.records_from_report`).
 """
@@ -43,12 +48,14 @@ from nsight_core.protocol import (
     SuspectEvent,
     parse_range_name,
 )
+from nsight_core.runtime.early_cuda import PRIME_KERNEL
 
 __all__ = [
     "CALLS_FILE",
     "Classified",
     "Finding",
     "IssuedCall",
+    "IssuedCalls",
     "classify",
     "counted_records",
     "read_issued",
@@ -72,16 +79,27 @@ class IssuedCall:
     run: int | None
 
 
-def write_issued(path: Path, calls: Sequence[IssuedCall]) -> None:
-    path.write_text("".join(json.dumps(asdict(c)) + "\n" for c in calls))
+@dataclass(frozen=True)
+class IssuedCalls:
+    """What the judge wrote: the calls in issue order, and whether the contestant's first
+    hello said it ran the prime."""
+
+    calls: list[IssuedCall]
+    primed: bool = False
 
 
-def read_issued(path: Path) -> list[IssuedCall] | None:
+def write_issued(path: Path, calls: Sequence[IssuedCall], *, primed: bool = False) -> None:
+    head = json.dumps({"primed": True}) + "\n" if primed else ""
+    path.write_text(head + "".join(json.dumps(asdict(c)) + "\n" for c in calls))
+
+
+def read_issued(path: Path) -> IssuedCalls | None:
     """The issued calls, or None when there is no readable file (an `@kernel` job, a report
     made elsewhere): then no kernel can be told apart from the harness's, and none is."""
     try:
-        lines = path.read_text().splitlines()
-        return [IssuedCall(**json.loads(line)) for line in lines if line.strip()]
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        primed = bool(rows) and rows[0] == {"primed": True}
+        return IssuedCalls([IssuedCall(**r) for r in rows[primed:]], primed)
     except (OSError, ValueError, TypeError):
         return None
 
@@ -184,6 +202,15 @@ def _is_harness_kernel(action: ActionInfo) -> bool:
     return bool(_HARNESS_KERNELS.search(action.demangled) or _HARNESS_KERNELS.search(action.kernel))
 
 
+def _is_prime(action: ActionInfo) -> bool:
+    """The prime as ncu reports it: a kernel of that name in no range of ours."""
+    return (
+        action.workload == "kernel"
+        and action.kernel == PRIME_KERNEL
+        and not any(r.startswith(f"{NVTX_DOMAIN}@") for r in action.nvtx_ranges)
+    )
+
+
 def _sort_tags(
     tags: Sequence[_Tag], index: dict[str, tuple[int, IssuedCall]], high: int
 ) -> tuple[list[tuple[int, _Tag]], list[str]]:
@@ -206,9 +233,11 @@ def _sort_tags(
     return legit, forged
 
 
-def classify(actions: Sequence[ActionInfo], issued: Sequence[IssuedCall]) -> Classified:
+def classify(
+    actions: Sequence[ActionInfo], issued: Sequence[IssuedCall], *, primed: bool = False
+) -> Classified:
     """Sort every action of a request job's report (module docstring); ``issued`` in the
-    order the judge sent the calls."""
+    order the judge sent the calls, ``primed`` as the contestant's first hello said."""
     index = {c.nonce: (i, c) for i, c in enumerate(issued)}
     keys: dict[int, RunKey] = {}
     # Per action in launch order: the issue index of the call window it is in (None: none
@@ -216,7 +245,10 @@ def classify(actions: Sequence[ActionInfo], issued: Sequence[IssuedCall]) -> Cla
     placed: list[tuple[ActionInfo, int | None, str]] = []
     forged_names: dict[int, list[str]] = {}
     high = -1
-    for act in sorted(actions, key=lambda a: a.seq):
+    ordered = sorted(actions, key=lambda a: a.seq)
+    if primed and ordered and _is_prime(ordered[0]):
+        ordered = ordered[1:]
+    for act in ordered:
         if act.workload == "range":  # range replay: the result is the range itself
             if act.key is not None:
                 keys[act.seq] = act.key
@@ -304,7 +336,7 @@ def counted_records(
     issued = read_issued(report_path.with_name(CALLS_FILE))
     if issued is None:
         return list(report.records), None
-    found = classify(report.actions, issued)
+    found = classify(report.actions, issued.calls, primed=issued.primed)
     records = [
         KernelRecord(found.keys[a.seq], a.kernel, a.demangled, m, value, unit, a.seq)
         for a in report.actions

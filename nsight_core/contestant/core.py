@@ -146,6 +146,9 @@ class Contestant:
         self._reader: IO[bytes] | None = None
         self._reported: set[str] = set()
         self.startup_s: dict[str, float] = {}
+        self.primed = False
+        """Whether the prime ran (early_cuda.py): told in the first hello, before any
+        candidate is imported, so its report's first result is known to be the prime."""
         self.prep: TritonPrep | None = None
         """Triton's start on a side thread (cold ncu jobs), joined before the candidates load."""
 
@@ -202,6 +205,7 @@ class Contestant:
             confined=self.job.confine != "off" and self.not_confined is None,
             notes=self._notes(),
             host_s={**self._take_startup_s(), "load": round(time.monotonic() - t0, 4)},
+            primed=self.primed,
         )
 
     def _notes(self) -> list[str]:
@@ -421,7 +425,9 @@ def main(argv: list[str]) -> int:
     # The driver and the context start on a side thread while torch is imported (the
     # imports hold the GIL, the driver's calls release it): under ncu, whose injection
     # starts with the driver, this is the longest overlap a cold job gets.
-    early = EarlyCuda()
+    # Under ncu ("range") the side thread also runs the prime (early_cuda.py): ncu's set-up
+    # for profiling then overlaps the imports instead of the job's first timed call.
+    early = EarlyCuda(prime=timer_kind == "range")
     preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
     t1 = time.monotonic()
     init_cuda(early)
@@ -449,6 +455,7 @@ def main(argv: list[str]) -> int:
         return int(JobExit.BAD_JOB)
     not_confined = confine(cjob)  # before any candidate code and before any thread
     contestant = Contestant(cjob, not_confined, timer)
+    contestant.primed = early.primed is not None
     if timer.external and not prestarted:
         # A cold ncu job: Triton's own start runs while the reference's calls wait on ncu
         # (triton_prep.py). A pre-started contestant's warm-up did it before its job, and
@@ -460,6 +467,7 @@ def main(argv: list[str]) -> int:
         "cuda": round(t2 - t1, 4),
         # The side thread's own time, when it made the context (it overlapped "frameworks").
         **({"cuda_thread": early.seconds} if early.error is None and early.seconds else {}),
+        **({"prime": early.primed} if early.primed is not None else {}),
         "timer": round(t3 - t2, 4),
         "waited_for_job": round(t4 - t3, 4),
         "confine": round(time.monotonic() - t4, 4),

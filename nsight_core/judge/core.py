@@ -234,6 +234,8 @@ class Judge:
         self._bounds: dict[int, TrivialBound | None] = {}
         """Per config, the trivial-answer bound of its first expected output (both passes)."""
         self._issued: list[IssuedCall] = []
+        self._primed = False
+        """The contestant's first hello said it ran the prime: its report's first result."""
         """Every call sent, in order, with its nonce: read with an ncu report (ranges.py)."""
         self._gpu = gpu or GpuSampler.for_backend(self.backend.evidence)
         """NVML readings around timed calls (gpu_state.py), opened before the job if given."""
@@ -337,7 +339,7 @@ class Judge:
 
     def hello(self) -> None:
         """The contestant's start: it has imported the reference, and nothing else."""
-        self._take_hello()
+        self._primed = self._take_hello().primed
 
     def load_candidates(self) -> None:
         """After the reference's last call: the contestant imports the candidates."""
@@ -346,7 +348,7 @@ class Judge:
         self._chan.send(LoadMsg().model_dump_json().encode())
         self._take_hello()
 
-    def _take_hello(self) -> None:
+    def _take_hello(self) -> HelloMsg:
         msg = self._read()
         if not isinstance(msg, HelloMsg):
             raise ValueError("the contestant answered with a call reply where a hello was due")
@@ -360,6 +362,7 @@ class Judge:
         self.confined = msg.confined
         self.notes += [n for n in msg.notes if n not in self.notes]
         self._add_host_s(msg.host_s)
+        return msg
 
     def _add_host_s(self, host_s: dict[str, float]) -> None:
         """The contestant's own account of its time, kept apart ("contestant." keys) for the
@@ -823,7 +826,7 @@ class Judge:
         self.seat.close()
         self._wrapped = self.seat.move_artifacts(self.job_dir)
         with contextlib.suppress(OSError):
-            write_issued(self.job_dir / CALLS_FILE, self._issued)
+            write_issued(self.job_dir / CALLS_FILE, self._issued, primed=self._primed)
         if outcome is not None:
             err = self.backend.classify_end(outcome, self._wrapped, self.settings)
             cls = err.error_class if err else outcome.error_class
@@ -1035,13 +1038,13 @@ def idle_main(home: Path, handover: Handover, early: EarlyCuda | None = None) ->
     """An idle judge (handover.py): start before any request, then run the job handed over,
     whose contestant the handover thread started the moment it came.
 
-    Its start is off the job's path unless the job came during it; then the warm-up of the
-    checking path is skipped (the job's first calls load only what they use)."""
+    Its start is off the job's path unless the job came during it. Even then it warms its
+    checking path, as a cold judge does: the contestant, started at the handover, takes
+    longer to start than the warm-up, and every check would otherwise load its kernels."""
     release_fd = _release_fd()
     preload_frameworks(FRAMEWORKS)
     init_cuda(early)
-    if not handover.arrived():
-        warm_checks()
+    warm_checks()
     ready = time.monotonic()
     (home / READY_FILE).touch()
     taken = handover.wait()

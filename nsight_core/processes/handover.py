@@ -52,9 +52,6 @@ class Handover:
         self._thread = threading.Thread(target=self._serve, name="nspy handover", daemon=True)
         self._thread.start()
 
-    def arrived(self) -> bool:
-        return self._done.is_set()
-
     def wait(self) -> Taken:
         """Until a job is taken (the judge's own time limit ends an idle judge)."""
         self._done.wait()

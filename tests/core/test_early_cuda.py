@@ -16,11 +16,14 @@ def test_without_a_usable_driver_the_thread_says_why_and_the_process_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("nsight_core.runtime.early_cuda.DRIVER", "libcuda-that-does-not-exist.so.1")
-    early = EarlyCuda()
+    early = EarlyCuda(prime=True)
     early.join()
     assert early.context is None
     assert early.error is not None and "no CUDA driver" in early.error
     assert early.seconds is not None and early.seconds >= 0.0
+    # No context, no prime: the contestant then says it ran none, and its report's first
+    # result is sorted like any other (collectors/ranges.py).
+    assert early.primed is None
 
 
 def test_a_job_process_starts_the_thread_before_its_frameworks_and_joins_it() -> None:

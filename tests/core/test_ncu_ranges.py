@@ -26,6 +26,7 @@ from nsight_core.collectors.ranges import (
     CALLS_FILE,
     Finding,
     IssuedCall,
+    IssuedCalls,
     classify,
     read_issued,
     write_issued,
@@ -41,6 +42,7 @@ from nsight_core.protocol import (
 )
 from nsight_core.results import Failure
 from nsight_core.rows.assemble import _with_findings
+from nsight_core.runtime.early_cuda import PRIME_KERNEL
 from tests.conftest import NCU_DATA
 
 REF, CAND = "_reference.py:softmax", "hack.py:candidate"
@@ -294,9 +296,37 @@ def test_issued_calls_round_trip_and_a_missing_file_means_no_classification(
     path = tmp_path / CALLS_FILE
     assert read_issued(path) is None
     write_issued(path, _calls())
-    assert read_issued(path) == _calls()
+    assert read_issued(path) == IssuedCalls(_calls(), primed=False)
+    write_issued(path, _calls(), primed=True)
+    assert read_issued(path) == IssuedCalls(_calls(), primed=True)
     path.write_text("not json\n")
     assert read_issued(path) is None
+
+
+def test_the_prime_counts_for_nothing_only_as_the_first_result_of_a_primed_contestant() -> None:
+    """The contestant's prime (early_cuda.py) is left out when its first hello said it ran
+    and it is the report's first result; anywhere else a kernel of its name is foreign work,
+    and so is the first result when the hello said nothing of a prime."""
+    calls = _calls()
+    rep = _Report()
+    rep.add(PRIME_KERNEL)
+    _honest(rep, calls)
+    primed = classify(rep.actions, calls, primed=True)
+    assert primed.findings == []
+    assert sorted(primed.keys) == [a.seq for a in rep.actions[1:]]
+    [unsaid] = classify(rep.actions, calls).findings
+    assert unsaid.kind == "foreign" and unsaid.kernels == [PRIME_KERNEL]
+
+    later = _Report()
+    _honest(later, calls[:3])
+    later.add(PRIME_KERNEL)  # in the candidate's window, after the reference's calls
+    _honest(later, calls[3:])
+    [found] = classify(later.actions, calls, primed=True).findings
+    assert found.kind == "foreign" and found.annotations == (CAND,)
+
+    ranged = _Report()  # a first kernel of that name in a timed range is that call's
+    ranged.add(PRIME_KERNEL, _timed(calls[1]))
+    assert classify(ranged.actions, calls, primed=True).keys == {0: ranged.actions[0].key}
 
 
 def test_a_recorded_report_read_with_the_judges_calls(

@@ -76,6 +76,43 @@ def test_ncu_rows_for_a_passing_candidate_and_failures_are_named(tmp_path: Path)
 
 
 @pytest.mark.gpu
+def test_an_ncu_job_primes_ncu_beside_its_imports_and_leaves_the_prime_out(
+    tmp_path: Path,
+) -> None:
+    """The contestant's prime (early_cuda.py) is the report's first result, the judge wrote
+    that the contestant ran it, and no row counts it or is made suspicious by it."""
+    from nsight_core.collectors.extract import extract_records
+    from nsight_core.collectors.ranges import CALLS_FILE, read_issued
+    from nsight_core.protocol import REPORT_FILE
+    from nsight_core.runtime.early_cuda import PRIME_KERNEL
+
+    result, _ = _run(
+        tmp_path,
+        "ncu-prime",
+        candidates=["gpu_cases.py:good"],
+        metrics=["gpu__time_duration.sum"],
+        runs=3,
+        backend="ncu",
+    )
+    assert result.status == "done", result.message
+    assert result.provenance is not None
+    phases = result.provenance.phase_seconds
+    print(f"  prime {phases.get('contestant.prime')} s; first hello's phases {phases}")
+    assert phases.get("contestant.prime", 0.0) > 0.0
+    issued = read_issued(tmp_path / "ncu-prime" / CALLS_FILE)
+    assert issued is not None and issued.primed
+    report = extract_records(tmp_path / "ncu-prime" / REPORT_FILE)
+    first = min(report.actions, key=lambda a: a.seq)
+    assert first.kernel == PRIME_KERNEL and first.key is None
+    assert sum(a.kernel == PRIME_KERNEL for a in report.actions) == 1
+    assert result.rows and all(r.Trust in ("ok", "noisy") for r in result.rows), [
+        (r.Annotation, r.Trust, r.Reasons) for r in result.rows
+    ]
+    assert all(PRIME_KERNEL not in r.Kernels for r in result.rows)
+    assert all(r.NumRuns == 3 for r in result.rows)
+
+
+@pytest.mark.gpu
 def test_unknown_metric_is_refused_before_anything_runs(tmp_path: Path) -> None:
     result, wall = _run(
         tmp_path,

@@ -21,6 +21,7 @@ HACKS = {
     "end_range_early": "ran outside the harness's timed ranges",
     "forge_reference_ranges": "the harness did not open",
     "busy_reference_range": "ran outside the harness's timed ranges",
+    "prime_impostor": "ran outside the harness's timed ranges",
 }
 CONTROLS = ["legit_own_nvtx_ranges", "legit_cuda_graph", "legit_multi_kernel", "legit_side_thread"]
 FINDINGS = ("harness's timed ranges", "the harness did not open")

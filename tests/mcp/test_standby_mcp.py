@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -215,3 +216,75 @@ async def test_a_restarted_server_pre_starts_the_settings_its_store_remembers(
     assert "standby_idle" not in phases[2] and phases[2]["spawn"] > 0
     verdicts = [{c["Annotation"]: c["Passed"] for c in a["correctness"]} for a in answers]
     assert verdicts[0] == verdicts[1] == verdicts[2]
+
+
+def _judge_start_line_before_mcp(stderr: list[str]) -> tuple[int | None, list[str]]:
+    """The line number of the server's "an idle judge is starting" log (``-v``) and the MCP
+    SDK's modules whose import ended before it (``-X importtime``)."""
+    sdk: list[str] = []
+    for n, line in enumerate(stderr):
+        if "an idle judge is starting" in line:
+            return n, sdk
+        if line.startswith("import time:"):
+            name = line.rsplit("|", 1)[-1].strip()
+            if name == "mcp" or name.startswith("mcp."):
+                sdk.append(name)
+    return None, sdk
+
+
+def test_nspy_mcp_serve_starts_its_idle_judge_before_it_imports_the_mcp_sdk(
+    tmp_path: Path,
+) -> None:
+    """The command starts each GPU's idle judge first, so the judge's start (torch, a CUDA
+    context) runs beside the SDK's import and the server's build, the longest part of a
+    server's start; a server whose client leaves before any request takes it along."""
+    before = standby_pids()
+    params = server_params(tmp_path)
+    argv = [params.command, "-X", "importtime", "-m", "nspy_mcp", "-v", "serve"]
+    with subprocess.Popen(
+        argv, env=params.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    ) as server:  # fmt: skip
+        assert server.stdin is not None and server.stderr is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = server.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "an idle judge is starting" in line:
+                break
+        judges: set[int] = set()
+        while not judges and time.monotonic() < deadline:  # its process is being spawned
+            judges = {p for p in standby_pids() - before if descends_from(p, server.pid)}
+            time.sleep(0.05)
+        server.stdin.close()  # the client leaves before any request
+        server.stderr.read()  # until the server's end closes it
+        server.wait(timeout=60)
+    at, sdk = _judge_start_line_before_mcp(lines)
+    assert at is not None, "".join(lines[-20:])
+    assert sdk == [], f"the MCP SDK was imported before the idle judge started: {sdk[:3]}"
+    assert server.returncode == 0
+    assert judges, "no idle judge process was found under the server"
+    deadline = time.monotonic() + 15
+    while standby_pids() & judges and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not standby_pids() & judges, "an idle judge outlived its server"
+
+
+def test_a_server_that_refuses_to_start_retires_the_judges_it_started(tmp_path: Path) -> None:
+    """HTTP on a non-loopback address is refused after the idle judge has started: it does
+    not outlive the refusal."""
+    before = standby_pids()
+    params = server_params(tmp_path)
+    done = subprocess.run(
+        [params.command, "-m", "nspy_mcp", "-v", "serve", "--http", "--host", "0.0.0.0"],
+        env=params.env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2 and "refusing to serve HTTP" in done.stderr, done.stderr
+    assert "an idle judge is starting" in done.stderr, done.stderr
+    deadline = time.monotonic() + 15
+    while standby_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not standby_pids() - before, "an idle judge outlived the refused server"
