@@ -32,9 +32,9 @@ from tests.mcp.test_server import softmax_request, structured
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("own_tempdir")]
 
 
-def standby_pids() -> set[int]:
+def standby_pids(under: Path | None = None) -> set[int]:
     """Processes running a pre-started judge (``nsight_core.judge.boot --standby``) or an
-    idle one (``--idle``)."""
+    idle one (``--idle``); with ``under``, only those whose home is in that folder."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -43,9 +43,18 @@ def standby_pids() -> set[int]:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"nsight_core.judge.boot" in cmd and (b"--standby" in cmd or b"--idle" in cmd):
+        judge = b"nsight_core.judge.boot" in cmd and (b"--standby" in cmd or b"--idle" in cmd)
+        if judge and (under is None or any(a.startswith(str(under).encode()) for a in cmd)):
             found.add(int(entry.name))
     return found
+
+
+def outlived(judges: set[int], within_s: float = 15.0) -> set[int]:
+    """Those of ``judges`` still running ``within_s`` seconds from now (their server ended)."""
+    deadline = time.monotonic() + within_s
+    while standby_pids() & judges and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return standby_pids() & judges
 
 
 def ready_standbys() -> set[Path]:
@@ -87,10 +96,7 @@ async def test_the_second_request_goes_to_the_pre_started_judge_and_none_outlive
     verdicts = [{c["Annotation"]: c["Passed"] for c in a["correctness"]} for a in answers]
     assert verdicts[0] == verdicts[1] and sorted(verdicts[1].values()) == [False, True]
     assert waiting, "the server started no judge for the next request"
-    deadline = time.monotonic() + 10
-    while standby_pids() & waiting and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not standby_pids() & waiting, "a pre-started judge outlived its server"
+    assert not outlived(waiting), "a pre-started judge outlived its server"
 
 
 def parent_of(pid: int) -> int:
@@ -267,16 +273,15 @@ def test_nspy_mcp_serve_starts_its_idle_judge_before_it_imports_the_mcp_sdk(
     assert sdk == [], f"the MCP SDK was imported before the idle judge started: {sdk[:3]}"
     assert server.returncode == 0
     assert judges, "no idle judge process was found under the server"
-    deadline = time.monotonic() + 15
-    while standby_pids() & judges and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not standby_pids() & judges, "an idle judge outlived its server"
+    assert not outlived(judges), "an idle judge outlived its server"
 
 
-def test_a_server_that_refuses_to_start_retires_the_judges_it_started(tmp_path: Path) -> None:
+def test_a_server_that_refuses_to_start_retires_the_judges_it_started(
+    tmp_path: Path, own_tempdir: Path
+) -> None:
     """HTTP on a non-loopback address is refused after the idle judge has started: it does
-    not outlive the refusal."""
-    before = standby_pids()
+    not outlive the refusal (the judges homed in this test's temporary folder: the server's
+    pid is gone when they are looked for)."""
     params = server_params(tmp_path)
     done = subprocess.run(
         [params.command, "-m", "nspy_mcp", "-v", "serve", "--http", "--host", "0.0.0.0"],
@@ -284,7 +289,4 @@ def test_a_server_that_refuses_to_start_retires_the_judges_it_started(tmp_path: 
     )  # fmt: skip
     assert done.returncode == 2 and "refusing to serve HTTP" in done.stderr, done.stderr
     assert "an idle judge is starting" in done.stderr, done.stderr
-    deadline = time.monotonic() + 15
-    while standby_pids() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not standby_pids() - before, "an idle judge outlived the refused server"
+    assert not outlived(standby_pids(under=own_tempdir)), "an idle judge outlived the refusal"
