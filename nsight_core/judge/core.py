@@ -122,6 +122,10 @@ START_TIMEOUT_S = 120.0
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
 
+HOST_S_KEYS = 12
+"""The most keys of a contestant's start-up account kept per hello: a contestant with
+candidate code in it could send any number."""
+
 PROBES_PER_CONFIG = 2
 """Calls per annotation and config that repeat an earlier call's inputs: the determinism
 check. Where they fall among the config's calls, untimed and timed alike, and which call
@@ -234,9 +238,9 @@ class Judge:
         self._bounds: dict[int, TrivialBound | None] = {}
         """Per config, the trivial-answer bound of its first expected output (both passes)."""
         self._issued: list[IssuedCall] = []
+        """Every call sent, in order, with its nonce: read with an ncu report (ranges.py)."""
         self._primed = False
         """The contestant's first hello said it ran the prime: its report's first result."""
-        """Every call sent, in order, with its nonce: read with an ncu report (ranges.py)."""
         self._gpu = gpu or GpuSampler.for_backend(self.backend.evidence)
         """NVML readings around timed calls (gpu_state.py), opened before the job if given."""
 
@@ -367,7 +371,7 @@ class Judge:
     def _add_host_s(self, host_s: dict[str, float]) -> None:
         """The contestant's own account of its time, kept apart ("contestant." keys) for the
         benchmarks: it comes from candidate code's process, so no verdict reads it."""
-        for k, v in list(host_s.items())[:8]:
+        for k, v in list(host_s.items())[:HOST_S_KEYS]:
             if isinstance(v, float) and 0.0 <= v < 1e6:
                 key = f"contestant.{k[:32]}"
                 self.phase_seconds[key] = round(self.phase_seconds.get(key, 0.0) + v, 4)
