@@ -118,7 +118,10 @@ def start_local(store: str | None, executor: str | None) -> LocalExecutor | None
     The command calls this before it imports the MCP SDK and builds the server, which take
     longer than the rest of a server's start: a judge started here is further along when a
     fresh server's first request comes, and that request's contestant never waits for it.
-    None when jobs go to a Dask cluster (or the executor is malformed: the server says so).
+    It waits for the judges' spawn (reading the GPUs through NVML first) while it has the
+    interpreter to itself, `SERVE_PRESTART_WAIT_S` at most: an NVML that hangs delays the
+    server's start by that much, never more. None when jobs go to a Dask cluster (or the
+    executor is malformed: the server says so).
     """
     from nsight_core.store.result_store import default_store_root  # lazy: serve only
     from nspy_mcp.cluster import parse_executor  # lazy: cluster.py imports this module
@@ -131,9 +134,18 @@ def start_local(store: str | None, executor: str | None) -> LocalExecutor | None
     config = EngineConfig.from_env()
     root = Path(store) if store is not None else default_store_root(config)
     local = LocalExecutor.for_store(root, config)
-    local.begin_prestart(now=True)
+    local.begin_prestart()
+    if not local.wait_prestart(SERVE_PRESTART_WAIT_S):
+        log.warning(
+            "the GPUs' idle judges were not started within %.0f s (NVML slow?); the server "
+            "starts anyway, and its jobs wait for them",
+            SERVE_PRESTART_WAIT_S,
+        )
     return local
 
+
+SERVE_PRESTART_WAIT_S = 5.0
+"""How long `nspy-mcp serve` waits for its idle judges' spawn before it goes on starting."""
 
 PRESTART_WAIT_S = 30.0
 """How long a job waits for the server's start to have started the remembered standbys."""
@@ -189,21 +201,22 @@ class LocalExecutor:
             config=config,
         )
 
-    def begin_prestart(self, *, now: bool = False) -> None:
-        """Start an idle judge per GPU slot and the standbys an earlier server on this store
-        left settings for (once per executor; `EngineConfig.standby_at_start` off turns both
-        off): on a thread, or with ``now`` in this one (reading the GPUs, then starting the
-        processes, which start on their own). Jobs wait for that (`PRESTART_WAIT_S` at
-        most), so no job is measured while it starts them."""
+    def begin_prestart(self) -> None:
+        """Start, on a thread, an idle judge per GPU slot and the standbys an earlier server
+        on this store left settings for (once per executor; `EngineConfig.standby_at_start`
+        off turns both off). Jobs wait for that thread (`PRESTART_WAIT_S` at most), so no
+        job is measured while it starts them."""
         with self._pools_lock:
             if self._prestarted or not self.config.prestart:
                 return
             self._prestarted = True
             self._prestart_done.clear()
-        if now:
-            self._prestart()
-        else:
-            threading.Thread(target=self._prestart, name="nspy prestart", daemon=True).start()
+        threading.Thread(target=self._prestart, name="nspy prestart", daemon=True).start()
+
+    def wait_prestart(self, timeout_s: float) -> bool:
+        """Until the thread `begin_prestart` started has started its processes (each then
+        starts on its own), ``timeout_s`` at most; whether it has."""
+        return self._prestart_done.wait(timeout_s)
 
     def _prestart(self) -> None:
         try:
