@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -55,9 +54,6 @@ from nspy_mcp.executors import CANCEL_GRACE_S, Job, JobReports
 
 log = logging.getLogger(__name__)
 
-EXECUTOR_ENV = "NSPY_MCP_EXECUTOR"
-"""`local` (the default) or `dask://HOST:PORT`, as `serve --executor` takes it."""
-
 RESOURCE = "GPU"
 """The worker resource one job takes: start workers with ``--resources GPU=1`` (per GPU)."""
 
@@ -72,20 +68,6 @@ NO_WORKER_WAIT_S = 60.0
 """After losing a worker: how long the job waits for any worker offering a GPU."""
 
 _STORE_FILES = {RESULT_FILE, MANIFEST_FILE, LOCK_FILE}
-
-
-def parse_executor(spec: str | None) -> str | None:
-    """The scheduler address of `dask://HOST:PORT` (None for `local`); ValueError otherwise."""
-    text = (spec if spec is not None else os.environ.get(EXECUTOR_ENV, "")).strip() or "local"
-    if text == "local":
-        return None
-    m = re.fullmatch(r"dask://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", text)
-    if m is None:
-        raise ValueError(
-            f"executor {text!r} is not 'local' or 'dask://HOST:PORT' (the Dask scheduler's "
-            "address, e.g. dask://gpu-head:8786)"
-        )
-    return f"tcp://{m.group(1)}:{m.group(2)}"
 
 
 # -- the worker side -------------------------------------------------------------------------

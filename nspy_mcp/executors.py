@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -112,6 +113,24 @@ class Executor(Protocol):
         ...
 
 
+EXECUTOR_ENV = "NSPY_MCP_EXECUTOR"
+"""`local` (the default) or `dask://HOST:PORT`, as `serve --executor` takes it."""
+
+
+def parse_executor(spec: str | None) -> str | None:
+    """The scheduler address of `dask://HOST:PORT` (None for `local`); ValueError otherwise."""
+    text = (spec if spec is not None else os.environ.get(EXECUTOR_ENV, "")).strip() or "local"
+    if text == "local":
+        return None
+    m = re.fullmatch(r"dask://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", text)
+    if m is None:
+        raise ValueError(
+            f"executor {text!r} is not 'local' or 'dask://HOST:PORT' (the Dask scheduler's "
+            "address, e.g. dask://gpu-head:8786)"
+        )
+    return f"tcp://{m.group(1)}:{m.group(2)}"
+
+
 def start_local(store: str | None, executor: str | None) -> LocalExecutor | None:
     """`nspy-mcp serve`'s executor for this host's GPUs, its idle judges starting now.
 
@@ -124,7 +143,6 @@ def start_local(store: str | None, executor: str | None) -> LocalExecutor | None
     executor is malformed: the server says so).
     """
     from nsight_core.store.result_store import default_store_root  # lazy: serve only
-    from nspy_mcp.cluster import parse_executor  # lazy: cluster.py imports this module
 
     try:
         if parse_executor(executor) is not None:

@@ -60,9 +60,9 @@ from nspy_mcp.answers import (
     with_next_step,
 )
 from nspy_mcp.canaries import with_canaries
-from nspy_mcp.cluster import DaskExecutor, parse_executor
+from nspy_mcp.cluster import DaskExecutor
 from nspy_mcp.devices import DeviceLocks
-from nspy_mcp.executors import Executor, LocalExecutor
+from nspy_mcp.executors import Executor, LocalExecutor, parse_executor
 from nspy_mcp.jobs import JobQueue
 from nspy_mcp.links import result_links
 from nspy_mcp.prompts import register_prompt

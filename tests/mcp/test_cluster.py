@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from nspy_mcp.cluster import parse_executor, run_on_worker
+from nspy_mcp.cluster import run_on_worker
+from nspy_mcp.executors import parse_executor
 from nspy_mcp.server import build_server
 from tests.mcp.test_server import softmax_request, structured
 
