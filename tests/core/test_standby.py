@@ -17,7 +17,7 @@ import pytest
 
 from nsight_core.pipeline import run_profile_job
 from nsight_core.processes.sandbox import Deadline, SandboxLimits, run_sandboxed
-from nsight_core.processes.standby import StandbyKey, StandbyMemory, StandbyPool
+from nsight_core.processes.standby import Standby, StandbyKey, StandbyMemory, StandbyPool
 from nsight_core.protocol import JUDGE_DIR, STANDBY_SOCKET, STDERR_FILE
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -63,9 +63,10 @@ def phases(result: ProfileResult) -> dict[str, float]:
     return result.provenance.phase_seconds
 
 
-def intrude(sock: Path, job_dir: Path) -> subprocess.CompletedProcess[str]:
-    """Another process that finds a judge's handover socket and names a job directory; it
-    prints what it was answered (``b''``: closed unanswered)."""
+def intrude(judge: Standby, tmp_path: Path) -> None:
+    """Another process finds ``judge``'s handover socket and names a job directory of its
+    own: the socket closes unanswered (no ``ok``), the judge stays alive and runs nothing
+    of that directory."""
     intruder = (
         "import socket, sys\n"
         "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5)\n"
@@ -76,12 +77,16 @@ def intrude(sock: Path, job_dir: Path) -> subprocess.CompletedProcess[str]:
         "except (BrokenPipeError, ConnectionResetError):  # closed on us, unanswered\n"
         "    print(repr(b''))\n"
     )
-    return subprocess.run(
-        [sys.executable, "-c", intruder, str(sock), str(job_dir)],
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-c", intruder, str(judge.home / STANDBY_SOCKET), str(forged)],
         capture_output=True,
         text=True,
         timeout=30,
     )
+    assert out.stdout.strip() == "b''", out  # closed unanswered, no "ok"
+    assert judge.alive() and not (forged / "events.jsonl").exists()
 
 
 @pytest.fixture
@@ -237,11 +242,7 @@ def test_only_the_pool_that_started_a_judge_can_hand_it_a_job(
     pool.settle()
     spare = pool.spare
     assert spare is not None and spare.ready()
-    forged = tmp_path / "forged"
-    forged.mkdir()
-    out = intrude(spare.home / STANDBY_SOCKET, forged)
-    assert out.stdout.strip() == "b''", out  # closed unanswered, no "ok"
-    assert spare.alive() and not (forged / "events.jsonl").exists()
+    intrude(spare, tmp_path)
     result = run_profile_job(request(), tmp_path / "b", result_id="b", standby=pool)
     assert pool.taken == 1 and verdicts(result) == [("good", True), ("wrong", False)]
 
