@@ -131,6 +131,10 @@ def parse_executor(spec: str | None) -> str | None:
     return f"tcp://{m.group(1)}:{m.group(2)}"
 
 
+SERVE_PRESTART_WAIT_S = 5.0
+"""How long `nspy-mcp serve` waits for its idle judges' spawn before it goes on starting."""
+
+
 def start_local(store: str | None, executor: str | None) -> LocalExecutor | None:
     """`nspy-mcp serve`'s executor for this host's GPUs, its idle judges starting now.
 
@@ -161,9 +165,6 @@ def start_local(store: str | None, executor: str | None) -> LocalExecutor | None
         )
     return local
 
-
-SERVE_PRESTART_WAIT_S = 5.0
-"""How long `nspy-mcp serve` waits for its idle judges' spawn before it goes on starting."""
 
 PRESTART_WAIT_S = 30.0
 """How long a job waits for the server's start to have started the remembered standbys."""
