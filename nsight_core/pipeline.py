@@ -13,24 +13,37 @@ Statistics are computed in this process, from the report or from raw per-run sam
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import shutil
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Wrapped
+from nsight_core.collectors.ranges import CALLS_FILE
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.judge.in_flight import killed_in_flight
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
-from nsight_core.processes.sandbox import SandboxLimits, default_memory_limit, run_sandboxed
-from nsight_core.processes.standby import StandbyKey, StandbyPool
+from nsight_core.processes.pool_policy import StandbyKey
+from nsight_core.processes.sandbox import (
+    SandboxLimits,
+    SandboxOutcome,
+    default_memory_limit,
+    run_sandboxed,
+)
+from nsight_core.processes.standby import StandbyPool
 from nsight_core.protocol import (
     EVENTS_FILE,
     JOB_ARTIFACTS,
+    JUDGE_DIR,
     NCU_LOG_FILE,
     REPORT_FILE,
+    FailureEvent,
     JobSpec,
 )
 from nsight_core.request import (
@@ -126,8 +139,73 @@ def run_profile_job(
     job_dir.mkdir(parents=True, exist_ok=True)
     waits: dict[str, float] = {}
     run = run_planned(plan, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits)
+    rest = _after_a_hang(request, plan, run, cancel)
+    if isinstance(rest, list):
+        run = _joined(run, run, rest)
+    elif rest is not None:
+        with contextlib.suppress(NsightCoreError):  # planned once already: it does not fail
+            (job_dir / REST_DIR).mkdir(exist_ok=True)
+            again = plan_job(rest, job_dir / REST_DIR, config or EngineConfig.from_env(), gpu=gpu)
+            more = run_planned(
+                again, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits
+            )
+            run = _joined(run, more)
     result = assemble_result(request, run, result_id=result_id, created_at=created)
     return with_waits(result, waits)
+
+
+REST_DIR = "rest"
+"""Where a job's other candidates run again after one of them hung (`_after_a_hang`)."""
+RERUN_MIN_S = 10.0
+"""The least time left for that run: less, and the other candidates are reported untimed."""
+
+
+def _after_a_hang(
+    request: ProfileRequest, plan: JobPlan, run: JobRun, cancel: threading.Event | None
+) -> ProfileRequest | list[FailureEvent] | None:
+    """The request for the candidates a hang cost their run; where no time is left for it,
+    what to say of them instead; None when no candidate hung.
+
+    A candidate call that outlives its own limit (judge/call_limit.py) ends the contestant,
+    and with it the calls of every candidate not yet done: those are run once more without
+    the one that hung, in the time the job has left, so a hang costs only its own candidate.
+    Only a judge's per-call limit marks a hang; a job that ran out of its own time is over."""
+    if cancel is not None and cancel.is_set():
+        return None
+    hung = {
+        f.annotation
+        for f in run.events.failures
+        if f.error_class == ErrorClass.TIMEOUT and f.annotation in request.candidates
+    }
+    rest = [c for c in request.candidates if c not in hung]
+    if not hung or not rest:
+        return None
+    left = plan.contestant_limit_s - run.wall_s
+    if left >= RERUN_MIN_S:
+        return request.model_copy(update={"candidates": rest, "time_limit_s": round(left, 1)})
+    names = ", ".join(repr(h) for h in sorted(hung))
+    return [
+        FailureEvent(
+            annotation=cand,
+            phase="check",
+            error_class=ErrorClass.TIMEOUT,
+            message=f"not checked or timed: {names} hung and ended the job's processes, and "
+            f"the {max(left, 0.0):.1f} s the job had left are under the {RERUN_MIN_S:g} s "
+            "a run of the other candidates needs",
+            hint="raise time_limit_s, or profile this candidate without the one that hung",
+        )
+        for cand in rest
+    ]
+
+
+def _joined(first: JobRun, rest: JobRun, untimed: Sequence[FailureEvent] = ()) -> JobRun:
+    """The job as the rerun of its other candidates left it, with the first run's hang
+    (``rest`` is ``first`` where no rerun fitted; ``untimed`` then says so per candidate)."""
+    hung = [f for f in first.events.failures if f.error_class == ErrorClass.TIMEOUT]
+    mine = [] if rest is first else hung
+    events = dataclasses.replace(rest.events, failures=[*mine, *rest.events.failures, *untimed])
+    wall_s = rest.wall_s if rest is first else first.wall_s + rest.wall_s
+    return dataclasses.replace(rest, events=events, wall_s=wall_s)
 
 
 def run_planned(
@@ -146,24 +224,24 @@ def run_planned(
     job_dir = plan.job_dir
     plan.write_source()
     plan.job_spec().write(job_dir)
-    tail = EventTail(job_dir / EVENTS_FILE, on_progress)
     key = StandbyKey.of(plan.launch, plan.env, plan.memory_bytes)
-    # One start path: the pool's judge pre-started for this key, else one started for it
-    # now and handed the job at once; without a pool (pre-started judges off), a pool of
-    # this job alone.
-    pool = standby if standby is not None else StandbyPool(capacity=1)
-    _settle(standby, waits, key)  # also before a job that will not use it: nothing may overlap
-    t0 = time.monotonic()
-    try:
-        outcome = pool.run(key, job_dir, wall_s=plan.judge_limit_s, poll=tail.poll, cancel=cancel)
-    finally:
-        if standby is None:
-            pool.close()  # its judge's end, if it released the job first
-    wall_s = time.monotonic() - t0
-    if standby is not None:
-        standby.refill(key)
+    tail, outcome, wall_s = _attempt(plan, key, on_progress, cancel, standby, waits)
+    if _retry_after_busy_profiler(plan, outcome, wall_s, cancel):
+        # Another process held the GPU's profiler (none of ours: the pool's rule). Once
+        # more, after our own holders are gone; the first attempt's files are kept aside.
+        if standby is not None:
+            standby.release_profiler()
+        _set_aside(job_dir, FIRST_ATTEMPT_DIR)
+        time.sleep(BUSY_PROFILER_RETRY_DELAY_S)
+        first_s = wall_s + BUSY_PROFILER_RETRY_DELAY_S
+        tail, outcome, wall_s = _attempt(plan, key, on_progress, cancel, standby, waits)
+        if waits is not None:  # the first attempt is time before this run, named so
+            waits["profiler_retry"] = first_s
     tail.poll()
     events = read_events(job_dir / EVENTS_FILE)
+    killed = killed_in_flight(job_dir, outcome) if events.end is None else None
+    if killed is not None:  # a limit ended the judge too: name the call it had in flight
+        events.failures.append(killed)
     error = outcome.to_error()
     wrapped = Wrapped([])
     end = events.end
@@ -186,6 +264,65 @@ def run_planned(
         wall_s=wall_s,
         artifacts=job_artifacts(job_dir),
     )
+
+
+FIRST_ATTEMPT_DIR = "attempt-1"
+"""Where a job run twice (`_retry_after_busy_profiler`) keeps its first attempt's files."""
+BUSY_PROFILER_RETRY_DELAY_S = 2.0
+"""The pause before that retry: a profiler's session ends a moment after its process."""
+
+
+def _attempt(
+    plan: JobPlan,
+    key: StandbyKey,
+    on_progress: ProgressCallback | None,
+    cancel: threading.Event | None,
+    standby: StandbyPool | None,
+    waits: dict[str, float] | None,
+) -> tuple[EventTail, SandboxOutcome, float]:
+    """One run of the job's judge: (its events' tail, its outcome, its wall seconds)."""
+    tail = EventTail(plan.job_dir / EVENTS_FILE, on_progress)
+    # One start path: the pool's judge pre-started for this key, else one started for it
+    # now and handed the job at once; without a pool (pre-started judges off), a pool of
+    # this job alone.
+    pool = standby if standby is not None else StandbyPool(capacity=1)
+    _settle(standby, waits, key)  # also before a job that will not use it: nothing may overlap
+    t0 = time.monotonic()
+    try:
+        outcome = pool.run(
+            key, plan.job_dir, wall_s=plan.judge_limit_s, poll=tail.poll, cancel=cancel
+        )
+    finally:
+        if standby is None:
+            pool.close()  # its judge's end, if it released the job first
+    wall_s = time.monotonic() - t0
+    if standby is not None:
+        standby.refill(key)
+    return tail, outcome, wall_s
+
+
+def _retry_after_busy_profiler(
+    plan: JobPlan, outcome: SandboxOutcome, wall_s: float, cancel: threading.Event | None
+) -> bool:
+    """Whether to run the job once more: its profiler was held by another process, it was
+    not cancelled, and it used under half its time limit (a retry must fit in the rest)."""
+    if cancel is not None and cancel.is_set():
+        return False
+    if outcome.error_class in (ErrorClass.CANCELLED, ErrorClass.TIMEOUT):
+        return False
+    return wall_s < plan.judge_limit_s / 2 and plan.backend.profiler_was_busy(plan.job_dir)
+
+
+def _set_aside(job_dir: Path, name: str) -> None:
+    """Move an attempt's own files (events, report, logs, calls, the judge's output) into
+    ``job_dir/name``, so the next attempt starts from the job's inputs alone."""
+    aside = job_dir / name
+    aside.mkdir(exist_ok=True)
+    for fname in {*JOB_ARTIFACTS.values(), CALLS_FILE, JUDGE_DIR}:
+        top = fname.split("/", 1)[0]
+        src = job_dir / top
+        if src.exists():
+            shutil.move(str(src), str(aside / top))
 
 
 def run_worker(job: JobSpec, job_dir: Path, settings: JobSettings, config: EngineConfig) -> JobRun:

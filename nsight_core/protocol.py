@@ -4,9 +4,8 @@ Contract:
 
 - The parent writes one ``job.json`` (a `JobSpec`) into a fresh job directory and starts
   the job: for a request it hands JOB_DIR to a judge (``python -m nsight_core.judge.boot``,
-  started before or for the job: standby.py) over the judge's socket, and the judge starts
-  the contestant, under ``ncu`` for the ncu backend; for an `@kernel` function it starts
-  ``python -m nsight_core.contestant --function JOB_DIR``.
+  started before or for the job: standby.py) over its socket, and the judge starts the
+  contestant (under ``ncu`` for ncu); an `@kernel` job: ``... contestant --function JOB_DIR``.
 - The job's processes append `JobEvent` lines (JSON, one per line) to ``JOB_DIR/events.jsonl``,
   never to stdout: stdout belongs to the candidate (and, in the server, to MCP).
 - Every profiled call runs inside an NVTX start/end range in domain `NVTX_DOMAIN` whose
@@ -250,6 +249,7 @@ class FailureEvent(_Msg):
     phase: Phase
     error_class: ErrorClass
     message: str
+    hint: str = ""  # what to change, where the judge knows it (a call's limit, an end)
     traceback: str = ""
     file: str | None = None
     line: int | None = None

@@ -84,6 +84,10 @@ class Backend(ABC):
     settings_apply: ClassVar[bool]
     """Whether cache_control, clock_control and replay_mode mean anything here (rows record
     them only then)."""
+    holds_profiler: ClassVar[bool] = False
+    """Whether a contestant this backend wraps holds its GPU's profiler for as long as it
+    lives (ncu): no two such processes may live on one GPU, so the standby pool keeps at
+    most one (processes/standby.py) and a job that needs it gets it alone."""
     masks_inputs: ClassVar[bool] = False
     """Whether the judge masks a call's inputs in their slots until the call starts: a
     thread of the contestant could otherwise compute from them before the window opens,
@@ -126,6 +130,11 @@ class Backend(ABC):
     ) -> NsightCoreError | None:
         """The backend's own reading of how the run ended; None when it has nothing to add."""
         return None
+
+    def profiler_was_busy(self, job_dir: Path) -> bool:
+        """Whether the job failed because another process held its GPU's profiler: then
+        it is run once more (pipeline.py) after our own holders are retired."""
+        return False
 
     def call_samples(
         self,

@@ -30,6 +30,7 @@ from nsight_core.collectors.ranges import counted_records
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
 from nsight_core.host.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
+from nsight_core.host.profilers import profiler_users
 from nsight_core.protocol import (
     NCU_LOG_FILE,
     NCU_NVTX_EXCLUDE,
@@ -88,6 +89,7 @@ _ERROR_LINE_RE = re.compile(r"^==ERROR==\s*(.*)$")
 # ncu echoes the target's failing exit code; that is the worker's business, not ncu's.
 _APP_EXIT_RE = re.compile(r"application returned an error code", re.IGNORECASE)
 _NO_KERNELS_RE = re.compile(r"No kernels were profiled", re.IGNORECASE)
+_PROFILER_BUSY_RE = re.compile(r"driver resource was unavailable", re.IGNORECASE)
 _MAX_LOG_LINES = 12
 
 
@@ -201,6 +203,11 @@ def _error_lines(log_text: str) -> list[str]:
     return lines
 
 
+def profiler_busy(log_text: str) -> bool:
+    """ncu found its GPU's profiler held by another process (one session at a time)."""
+    return _PROFILER_BUSY_RE.search(log_text) is not None
+
+
 def _tail(lines: Sequence[str]) -> str:
     kept = list(lines)[-_MAX_LOG_LINES:]
     return "; ".join(kept)
@@ -212,8 +219,11 @@ def classify_ncu_failure(
     report_exists: bool,
     *,
     metrics: Sequence[str] = (),
+    holders: Sequence[str] = (),
 ) -> NsightCoreError | None:
     """Map ncu's exit code and log to an error, or None when ncu itself did its job.
+    ``holders``: the processes that may hold the GPU's profiler (host/profilers.py), named
+    when ncu found it held.
 
     Order matters: a bad metric or missing permission also leaves no report, and the
     specific cause is what the agent can act on. A non-zero exit with a report and no ncu
@@ -236,6 +246,18 @@ def classify_ncu_failure(
             "which need no counters. Do not change driver settings from a profiling job.",
         )
     errors = [e for e in _error_lines(log_text) if not _APP_EXIT_RE.search(e)]
+    if profiler_busy(log_text):
+        held = "; ".join(holders) if holders else "none of this host's processes could be named"
+        return NsightCoreError(
+            ErrorClass.PROFILER_ERROR,
+            "the GPU's profiler was held by another process: ncu could not profile "
+            f"(the driver: a profiling resource was unavailable). Processes that may hold it "
+            f"now (profilers, or programs a profiler was injected into): {held}",
+            "wait until that process has ended, or stop it if it is yours (another ncu or "
+            "nsys run, or DCGM's profiling module: `dcgmi profile --pause`); nspy-mcp never "
+            "keeps a profiled process of its own beside a job that needs ncu and retries "
+            "such a job once, so this one was held by something else",
+        )
     if not report_exists:
         if _NO_KERNELS_RE.search(log_text):
             why = (
@@ -269,6 +291,7 @@ class NcuBackend(Backend):
     default_metric = DEFAULT_METRIC
     any_metric = True
     settings_apply = True
+    holds_profiler = True
 
     def preflight(self, settings: JobSettings) -> None:
         super().preflight(settings)
@@ -310,7 +333,14 @@ class NcuBackend(Backend):
             text,
             report is not None and report.exists(),
             metrics=settings.metrics,
+            holders=profiler_users() if profiler_busy(text) else (),
         )
+
+    def profiler_was_busy(self, job_dir: Path) -> bool:
+        try:
+            return profiler_busy((job_dir / NCU_LOG_FILE).read_text(errors="replace"))
+        except OSError:
+            return False
 
     def read_records(
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings

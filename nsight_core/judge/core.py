@@ -45,8 +45,10 @@ from nsight_core.collectors.events import sync_all
 from nsight_core.collectors.ranges import CALLS_FILE, IssuedCall, write_issued
 from nsight_core.collectors.timers import tampering_affects
 from nsight_core.errors import ErrorClass, JobExit
+from nsight_core.judge.call_limit import CallLimit, ended_by_judge, lost_call
 from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.guard import BoundTools, CandidateImportGuard
+from nsight_core.judge.in_flight import InFlight
 from nsight_core.judge.verdict import (
     Tally,
     TrivialBound,
@@ -56,6 +58,7 @@ from nsight_core.judge.verdict import (
 )
 from nsight_core.processes.handover import Handover
 from nsight_core.processes.launch import (
+    CallTimedOut,
     Channel,
     ContestantGone,
     ContestantProcess,
@@ -243,6 +246,15 @@ class Judge:
         """The contestant's first hello said it ran the prime: its report's first result."""
         self._gpu = gpu or GpuSampler.for_backend(self.backend.evidence)
         """NVML readings around timed calls (gpu_state.py), opened before the job if given."""
+        self._limit = CallLimit(seat.deadline)
+        self._in_flight = InFlight(job_dir)
+        self.call_limit_s = 0.0
+        self.call_limit_why = ""
+        """The limit of the candidate call in flight, and how it was chosen (call_limit.py)."""
+        self._lost: FailureEvent | None = None
+        """The call in flight when the contestant died: its class comes from how it ended."""
+        self._hung = False
+        """The contestant was ended by the judge: a candidate's call outlived its limit."""
 
     # -- start -----------------------------------------------------------------------------
     def send_job(self) -> None:
@@ -396,9 +408,9 @@ class Judge:
                 SuspectEvent(annotation=target, reason=reason, in_process_only=in_process)
             )
 
-    def _read(self) -> HelloMsg | ReplyMsg:
+    def _read(self, deadline: float | None = None) -> HelloMsg | ReplyMsg:
         assert self._chan is not None and self._proc is not None
-        line = self._chan.recv_line(self._proc.alive)
+        line = self._chan.recv_line(self._proc.alive, deadline)
         return _REPLY.validate_json(line)
 
     # -- one call ----------------------------------------------------------------------------
@@ -446,10 +458,12 @@ class Judge:
         self.judge_s += time.perf_counter() - t0
         if run is not None:
             self._gpu.start(RunKey(ann, cid, run), self.device)
+        deadline = self._deadline_for(ann)
+        self._in_flight.mark(ann, cid, run)
         self._chan.send(msg.model_dump_json().encode())
         t_sent = time.monotonic()
         while True:
-            reply = self._read()
+            reply = self._read(deadline)
             if isinstance(reply, ReplyMsg) and reply.nonce == nonce:
                 break
             self._suspect(
@@ -459,6 +473,8 @@ class Judge:
                 "nsight_core.protocol",
             )
         rt = round(time.monotonic() - t_sent, 4)
+        if ann == self.req.reference:
+            self._limit.note_reference(rt)
         self._gpu.stop()
         self.phase_seconds["roundtrips"] = round(self.phase_seconds.get("roundtrips", 0.0) + rt, 4)
         self._add_host_s(reply.host_s)
@@ -492,6 +508,14 @@ class Judge:
         sync_all()
         self.judge_s += time.perf_counter() - t1
         return reply, actual
+
+    def _deadline_for(self, ann: str) -> float | None:
+        """When ``ann``'s call must have answered: a candidate's own limit (call_limit.py);
+        None for the trusted reference, which has the job's limit alone."""
+        if ann == self.req.reference:
+            return None
+        self.call_limit_s, self.call_limit_why = self._limit.for_candidate()
+        return time.monotonic() + self.call_limit_s
 
     # -- one config ----------------------------------------------------------------------
     def run_config(
@@ -766,19 +790,37 @@ class Judge:
             if spawn_s:  # a cold job: its contestant's launch is on the job's path
                 self._note_launch()
             return self._run()
-        except (ContestantGone, TimeoutError) as exc:
-            # The contestant died (a crash, its time limit, a kill): the call in flight is
-            # named here; how the process ended goes into the EndEvent, the job's error.
+        except CallTimedOut:
+            # A candidate's call outlived its own limit: it alone is lost. The contestant is
+            # ended (its process group) and the pipeline runs the others again without it.
             ann, cid, run = self.current
+            self._hung = True
+            self._proc.cancel.set()
             self.events.emit(
                 FailureEvent(
                     annotation=ann,
                     config_id=cid,
                     run=run,
                     phase="profile" if run is not None else "check",
-                    error_class=ErrorClass.CRASHED,
-                    message=f"{exc}; the job's error says how its process ended",
+                    error_class=ErrorClass.TIMEOUT,
+                    message=f"its call did not return within {self.call_limit_s:.1f} s, "
+                    f"the per-call limit ({self.call_limit_why}); its process was ended",
+                    hint="fix the hang (a loop that never ends, a wait on something that never "
+                    "comes); a call that is only slow gets more time with a larger time_limit_s",
                 )
+            )
+            return int(JobExit.OK)
+        except (ContestantGone, TimeoutError) as exc:
+            # The contestant died (a crash, its time limit, its memory limit, a kill): the
+            # call in flight is named once its process's end says why (`_finish`).
+            ann, cid, run = self.current
+            self._lost = FailureEvent(
+                annotation=ann,
+                config_id=cid,
+                run=run,
+                phase="profile" if run is not None else "check",
+                error_class=ErrorClass.CRASHED,
+                message=str(exc),
             )
             return int(JobExit.OK)
         finally:
@@ -831,8 +873,13 @@ class Judge:
         self._wrapped = self.seat.move_artifacts(self.job_dir)
         with contextlib.suppress(OSError):
             write_issued(self.job_dir / CALLS_FILE, self._issued, primed=self._primed)
+        if self._lost is not None:
+            self.events.emit(lost_call(self._lost, outcome))
         if outcome is not None:
             err = self.backend.classify_end(outcome, self._wrapped, self.settings)
+            if self._hung:  # the judge ended it: the hung call's failure says why
+                err = None
+                outcome = ended_by_judge(outcome)
             cls = err.error_class if err else outcome.error_class
             self.events.emit(
                 EndEvent(
@@ -846,6 +893,7 @@ class Judge:
                     wall_s=round(outcome.wall_s, 3),
                 )
             )
+        self._in_flight.close()
         self.phase_seconds["nvml"] = round(self._gpu.spent_s, 4)
         self.phase_seconds["judge"] = round(self.judge_s + self._gpu.spent_s, 4)
         self.events.emit(

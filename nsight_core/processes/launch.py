@@ -59,6 +59,10 @@ class ContestantGone(Exception):
     """The contestant's process ended while the judge waited for it."""
 
 
+class CallTimedOut(TimeoutError):
+    """A call did not answer within its own limit (judge/call_limit.py)."""
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """The contestant's command as the backend wraps it, and where its files go."""
@@ -129,10 +133,13 @@ class Channel:
         except (BrokenPipeError, ConnectionResetError):  # ended (its limit, a crash) meanwhile
             raise ContestantGone("the contestant closed its connection") from None
 
-    def recv_line(self, alive: Callable[[], bool]) -> bytes:
-        """The next line; raises ContestantGone when the process ends without one."""
+    def recv_line(self, alive: Callable[[], bool], deadline: float | None = None) -> bytes:
+        """The next line; raises ContestantGone when the process ends without one, and
+        CallTimedOut when ``deadline`` (time.monotonic()) passes first."""
         assert self._conn is not None
         while b"\n" not in self._buf:
+            if deadline is not None and time.monotonic() > deadline:
+                raise CallTimedOut("no answer before the call's limit")
             if len(self._buf) > MAX_REPLY_BYTES:
                 raise ValueError(f"a reply longer than {MAX_REPLY_BYTES} bytes")
             try:

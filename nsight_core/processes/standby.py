@@ -13,7 +13,8 @@ only later the candidates) after it, as in a cold start. A pool keeps one standb
 recent setting, two at most (a staged request uses two): each holds a CUDA context (GPU
 memory) while it waits, and is retired after its idle limit (`EngineConfig.standby_idle_s`), when
 a newer setting displaces it, or when the pool closes. A job starts only once every standby
-of its pool has finished starting, so no start-up overlaps a measurement. The server makes
+of its pool has finished starting, so no start-up overlaps a measurement; and at most one
+standby of a GPU holds its profiler (pool_policy.py has the states and rules). The server makes
 no pool when `EngineConfig.standby` is off (every job starts cold).
 
 A pool with a `StandbyMemory` writes the settings of its standbys to the result store
@@ -39,11 +40,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from nsight_core.plan.config import DEFAULT_IDLE_S, STANDBY_MARGIN_S
 from nsight_core.processes.launch import socket_home
+from nsight_core.processes.pool_policy import (
+    DEFAULT_CAPACITY,
+    PoolPolicy,
+    StandbyKey,
+    holds_profiler,
+)
 from nsight_core.processes.sandbox import (
     Deadline,
     SandboxLimits,
@@ -65,24 +71,6 @@ MEMORY_FILE = "standby.json"
 """In the result store's root: the settings each GPU's standbys were last started for."""
 HANDOVER_TIMEOUT_S = 120.0
 """How long a handover may wait for the judge to take the job (it may still be starting)."""
-
-
-@dataclass(frozen=True)
-class StandbyKey:
-    """What must be equal for a job to use a standby: the spec, the environment and the
-    memory limit of the job's processes (the plan's: plan/job_plan.py)."""
-
-    spec: str
-    """The `LaunchSpec` as JSON: what the standby judge reads from its directory."""
-    env: tuple[tuple[str, str], ...]
-    memory_bytes: int | None = None
-    """The processes' memory limit, fixed when they start (None: the sandbox's default)."""
-
-    @classmethod
-    def of(
-        cls, spec: LaunchSpec, env: Mapping[str, str], memory_bytes: int | None = None
-    ) -> StandbyKey:
-        return cls(spec.model_dump_json(), tuple(sorted(env.items())), memory_bytes)
 
 
 class StandbyMemory:
@@ -327,13 +315,14 @@ class StandbyPool:
     def __init__(
         self,
         idle_s: float | None = None,
-        capacity: int = 2,
+        capacity: int = DEFAULT_CAPACITY,
         *,
         memory: StandbyMemory | None = None,
         slot: str = "",
     ) -> None:
-        self.idle_s = idle_s if idle_s is not None else DEFAULT_IDLE_S
-        self.capacity = max(1, capacity)
+        self.policy = PoolPolicy(max(1, capacity), idle_s if idle_s is not None else DEFAULT_IDLE_S)
+        self.idle_s = self.policy.idle_s
+        self.capacity = self.policy.capacity
         self.memory = memory
         """Where the settings of this pool's standbys are written (`slot` names the pool)."""
         self.slot = slot
@@ -428,7 +417,7 @@ class StandbyPool:
         """The idle judge, removed from the pool, when it serves ``key``'s environment."""
         with self._lock:
             idle = self._idle
-            if idle is None or not _same_base(idle.key, key):
+            if idle is None or not self.policy.serves(idle.key, key):
                 return None
             self._idle = None
         if idle.fresh():
@@ -477,11 +466,20 @@ class StandbyPool:
             for k, spare in list(self._spares.items()):
                 if spare.speculative and not spare.ready():
                     doomed.append(self._spares.pop(k))
+                elif key is not None and self.policy.rivals(k, key):
+                    doomed.append(self._spares.pop(k))  # one profiler per GPU: the job's
             # An idle judge still starting may go on only if ``key``'s job is its own: it
             # starts its contestant at the handover and sends nothing before its start is
             # done. Without a key (no job follows) it is left to start.
+            # It overlaps when it still starts and the job goes elsewhere (another
+            # environment, or a standby of its own settings).
             idle = self._idle
-            if idle is not None and key is not None and _overlaps(idle, key, self._spares):
+            if (
+                idle is not None
+                and key is not None
+                and not idle.ready()
+                and not (self.policy.serves(idle.key, key) and key not in self._spares)
+            ):
                 doomed.append(idle)
                 self._idle = None
             spares = list(self._spares.values())
@@ -508,17 +506,27 @@ class StandbyPool:
         with self._lock:
             if self._closed:
                 return
-            old = [self._spares.pop(key)] if key in self._spares else []
-            while len(self._spares) >= self.capacity:
-                old.append(self._spares.pop(next(iter(self._spares))))
+            old = [self._spares.pop(k) for k in self.policy.displaced(self._spares, key)]
+        for sb in old:  # ended before the new one starts: a profiler is held until its end
+            sb.retire()
+        with self._lock:
+            if self._closed:
+                return
             self._spares[key] = Standby(key, self.idle_s, speculative=speculative)
             specs = [LaunchSpec.model_validate_json(k.spec) for k in self._spares]
-        for sb in old:
-            sb.retire()
         if not speculative:
             self._start_idle()  # the next job with new settings: the one before took it
         if self.memory is not None and not speculative:
             self.memory.note(self.slot, specs)
+
+    def release_profiler(self) -> None:
+        """Retire every standby that holds its GPU's profiler (before a job is retried
+        because ncu found the profiler held)."""
+        with self._lock:
+            held = [k for k in self._spares if holds_profiler(k.spec)]
+            spares = [self._spares.pop(k) for k in held]
+        for spare in spares:
+            spare.retire()
 
     def prestart(self, keys: list[StandbyKey]) -> None:
         """Start standbys for ``keys`` (oldest first), remembered from an earlier server:
@@ -537,14 +545,3 @@ class StandbyPool:
             with contextlib.suppress(Exception):
                 spare.retire()
         self.settle()  # released judges end under their own limits; wait for them
-
-
-def _same_base(idle: StandbyKey, key: StandbyKey) -> bool:
-    """An idle judge serves a job whose processes get its environment and memory limit."""
-    return idle.env == key.env and idle.memory_bytes == key.memory_bytes
-
-
-def _overlaps(idle: Standby, key: StandbyKey, spares: Mapping[StandbyKey, Standby]) -> bool:
-    """Whether an idle judge's start would overlap ``key``'s job: it still starts, and the
-    job goes elsewhere (another environment, or a standby of its own settings)."""
-    return not idle.ready() and (not _same_base(idle.key, key) or key in spares)

@@ -325,8 +325,10 @@ def _job_message(
     summary: str,
     error: Failure | None,
     ref: tuple[str, Failure] | None,
+    failures: Sequence[Failure] = (),
 ) -> str:
-    """The reference's failure first, then the job's own error, then the rows' summary."""
+    """The reference's failure first, then the job's own error, then candidates that a hang,
+    their memory or a crash ended, then the rows' summary."""
     parts = []
     if ref is not None:
         parts.append(
@@ -337,9 +339,29 @@ def _job_message(
     if error is not None and (ref is None or error is not ref[1]):
         hint = f" ({error.Hint})" if error.Hint else ""
         parts.append(f"{error.ErrorClass}: {error.Error}{hint}")
+    lost = _lost_candidates(request, failures)
+    if lost:
+        parts.append(lost)
     if rows or not parts:
         parts.append(summary)
     return "; ".join(parts)
+
+
+_LOST = (ErrorClass.TIMEOUT, ErrorClass.OUT_OF_MEMORY, ErrorClass.CRASHED)
+"""Ways a candidate ends its own calls, named in the headline: its class, the limit that
+ended it and what to change, where the rows alone would only show it missing."""
+
+
+def _lost_candidates(request: ProfileRequest, failures: Sequence[Failure]) -> str:
+    inline = request.source is not None
+    said = []
+    for cand in request.candidates:
+        mine = [f for f in failures if f.Annotation == cand and f.ErrorClass in _LOST]
+        if mine:
+            f = mine[0]
+            fix = f" To fix: {f.Hint}" if f.Hint else ""
+            said.append(f"{cand!r} {failed_how(f, inline=inline)}.{fix}")
+    return " ".join(said)
 
 
 def _candidate_story(cand: str, result: ProfileResult, inline: bool) -> str:
@@ -347,7 +369,8 @@ def _candidate_story(cand: str, result: ProfileResult, inline: bool) -> str:
     got = first_failure(failures_of(cand, result.failures, result.correctness))
     if got is None:
         return "was not timed and no failure names it (see failures and error)"
-    return failed_how(*got, inline=inline)
+    fix = f"; to fix: {got[0].Hint}" if got[0].ErrorClass in _LOST and got[0].Hint else ""
+    return failed_how(*got, inline=inline) + fix
 
 
 def no_candidate_passed(request: ProfileRequest, result: ProfileResult) -> ProfileResult:
@@ -429,7 +452,7 @@ def assemble_result(
         status = "done"
     passed = sum(1 for c in correctness if c.Passed)
     summary = _summary(rows, len(correctness), passed, len(failures))
-    message = _job_message(request, rows, summary, error, ref)
+    message = _job_message(request, rows, summary, error, ref, failures)
     result = finish_result(
         run,
         settings,

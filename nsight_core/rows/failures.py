@@ -84,6 +84,7 @@ def failure_of_event(ev: FailureEvent) -> Failure:
         Phase=ev.phase,
         ErrorClass=ev.error_class,
         Error=ev.message,
+        Hint=ev.hint,
         Traceback=ev.traceback,
         File=file,
         Line=line,

@@ -168,10 +168,10 @@ def test_no_profiled_kernels_is_a_profiler_error_that_names_the_filter() -> None
 
 
 def test_missing_report_without_a_known_cause_carries_the_ncu_error_lines() -> None:
-    log = "==ERROR== Profiling failed because a driver resource was unavailable.\n"
+    log = "==ERROR== An error was reported by the driver\n==ERROR== Unknown error (code 999)\n"
     err = classify_ncu_failure(1, log, False)
     assert err is not None and err.error_class is ErrorClass.PROFILER_ERROR
-    assert "driver resource" in err.message
+    assert "Unknown error (code 999)" in err.message
 
 
 def test_target_failure_with_a_report_is_left_to_the_sandbox() -> None:

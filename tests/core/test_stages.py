@@ -244,8 +244,9 @@ def test_a_screen_that_cannot_pay_is_skipped_and_every_candidate_profiled_in_one
 
 
 # A candidate that games the screen: fast while no flag file exists beside it, which the test
-# writes when the profile stage starts. The others' sleeps are far apart (ratios 2x, 1.33x,
-# 0.67x against the reference's 40 ms), so only the gamer's two stages disagree.
+# writes when the profile stage starts. The others' sleeps are far apart (ratios 4x, 2x and
+# 0.67x against the reference's 80 ms, at least 20 ms between neighbours), so a loaded host's
+# late wake-ups cannot reorder them and only the gamer's two stages disagree.
 GAMING = """
 import os
 import time
@@ -253,7 +254,7 @@ import time
 FLAG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiling.flag")
 
 def gamer(n):
-    time.sleep(0.080 if os.path.exists(FLAG) else 0.002)
+    time.sleep(0.160 if os.path.exists(FLAG) else 0.002)
     return n * 2
 
 def fast(n):
@@ -261,11 +262,11 @@ def fast(n):
     return n * 2
 
 def mid(n):
-    time.sleep(0.030)
+    time.sleep(0.040)
     return n * 2
 
 def slow(n):
-    time.sleep(0.060)
+    time.sleep(0.120)
     return n * 2
 """
 
@@ -276,7 +277,7 @@ def test_a_kept_candidate_that_gamed_the_screen_is_doubted_and_the_next_ranked_p
 ) -> None:
     folder = tmp_path / "src"
     folder.mkdir()
-    (folder / "reference.py").write_text(REFERENCE.replace("0.020", "0.040"))
+    (folder / "reference.py").write_text(REFERENCE.replace("0.020", "0.080"))
     (folder / "cands.py").write_text(GAMING)
     updates: list[StageUpdate] = []
 

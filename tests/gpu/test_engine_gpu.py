@@ -12,12 +12,21 @@ from pathlib import Path
 import pytest
 
 from nsight_core.errors import ErrorClass
+from nsight_core.host.gpus import list_gpus
 from nsight_core.pipeline import run_profile_job
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parents[1] / "examples"
+
+
+def this_gpu() -> str:
+    """The GPU's name as the driver reports it (NVML), which rows must carry: never a model
+    name written into a test, which would fail on the next host."""
+    gpus = list_gpus()
+    assert gpus, "no GPU listed"
+    return gpus[0].name.removeprefix("NVIDIA ").strip()
 
 
 def _run(tmp_path: Path, name: str, **fields: object) -> tuple[ProfileResult, float]:
@@ -67,7 +76,7 @@ def test_ncu_rows_for_a_passing_candidate_and_failures_are_named(tmp_path: Path)
         "gpu__time_duration.sum": "ns",
         "dram__throughput.avg.pct_of_peak_sustained_elapsed": "%",
     }
-    assert all(r.NumRuns == 3 and r.GPU and "H200" in r.GPU for r in result.rows)
+    assert all(r.NumRuns == 3 and r.GPU and this_gpu() in r.GPU for r in result.rows)
     (time_cmp,) = [c for c in result.comparisons if c.Metric == "gpu__time_duration.sum"]
     print(
         f"  speedup good vs ref: {time_cmp.Speedup} [{time_cmp.Speedup_CI95_Lower}, {time_cmp.Speedup_CI95_Upper}]"
@@ -169,7 +178,7 @@ def test_events_backend_times_cuda_candidates_with_cuda_events(tmp_path: Path) -
         tmp_path, "events-gpu", candidates=["gpu_cases.py:good"], backend="events", runs=10
     )
     assert result.status == "done"
-    assert result.provenance is not None and "H200" in (result.provenance.gpu or "")
+    assert result.provenance is not None and this_gpu() in (result.provenance.gpu or "")
     for row in result.rows:
         print(f"  {row.Annotation} {row.AvgValue:.0f} ns RSD {row.RelativeStdDevPct} % {row.Trust}")
         assert row.NumRuns == 10 and row.Backend == "events"
