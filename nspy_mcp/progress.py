@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
@@ -47,8 +47,16 @@ class ProgressUpdate:
     total: float
     message: str
     eta_s: float | None = None
+    overdue_s: float = 0.0
+    """How long the job has run past its estimate (read long after the last event: a slow
+    or hung call, which its own limit ends: docs/errors.md)."""
 
     def eta_text(self) -> str:
+        if self.overdue_s >= 1.0:
+            return (
+                f"{round(self.overdue_s)} s past its estimate: a call is slow or hung "
+                "(each candidate call has a limit of its own)"
+            )
         if self.eta_s is None:
             return "time left not known yet"
         return f"about {max(1, round(self.eta_s))} s left"
@@ -67,13 +75,21 @@ class ProgressTracker:
         self._profile_t0: float | None = None
         self._last_non_profile = self._started
         self._latest = ProgressUpdate(0.0, PROGRESS_TOTAL, "queued")
+        self._latest_at = self._started
         self._stage: StageUpdate | None = None
         self._stage_t0 = self._started
 
     @property
     def latest(self) -> ProgressUpdate:
+        """The last update, its time left counted down to now: an estimate read a minute
+        after it was made must not still say "about 1 s left"."""
+        now = self._clock()
         with self._lock:
-            return self._latest
+            latest, at = self._latest, self._latest_at
+        if latest.eta_s is None:
+            return latest
+        left = latest.eta_s - (now - at)
+        return replace(latest, eta_s=max(0.0, left), overdue_s=max(0.0, -left))
 
     def note(self, message: str) -> ProgressUpdate:
         """A state change without engine progress (queued, started); keeps the percentage."""
@@ -99,6 +115,7 @@ class ProgressTracker:
             self._latest = ProgressUpdate(
                 max(self._latest.progress, lo), PROGRESS_TOTAL, self._stage_text("started"), eta
             )
+            self._latest_at = self._stage_t0
             return self._latest
 
     def _stage_text(self, what: str) -> str:
@@ -134,6 +151,7 @@ class ProgressTracker:
             progress = max(self._latest.progress, lo + (hi - lo) * fraction)
             message = self._stage_text(_describe(ev))
             self._latest = ProgressUpdate(round(progress, 2), PROGRESS_TOTAL, message, eta)
+            self._latest_at = now
             return self._latest
 
 

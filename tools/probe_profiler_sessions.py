@@ -120,12 +120,18 @@ def run_case(case: Case, ncu: str, out: Path) -> Case:
     try:
         if case.second.startswith("ncu:"):
             argv = ncu_argv(ncu, case.second[4:], out, sname, [py, "-c", TARGET])
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=LIMIT_S, start_new_session=True
-            )
-            case.second_errors = error_lines(out / f"{sname}.log")
+            env = dict(os.environ)
+            if case.own_tmpdir:
+                env["TMPDIR"] = tempfile.mkdtemp(prefix="second-", dir=out)
+            second = spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            try:
+                second.wait(timeout=SECOND_LIMIT_S)
+            except subprocess.TimeoutExpired:
+                case.second_errors = [f"still waiting after {SECOND_LIMIT_S:.0f} s (killed)"]
+            kill(second)
+            case.second_errors += error_lines(out / f"{sname}.log")
             case.second_ok = (
-                done.returncode == 0
+                second.returncode == 0
                 and not case.second_errors
                 and (out / f"{sname}.ncu-rep").exists()
             )

@@ -1,7 +1,7 @@
 """Which processes on this host may hold a GPU's profiler.
 
 The driver lets one profiling session use a GPU's counters at a time, and a process that
-ncu profiles keeps its session for as long as it lives, idle or not (measured on an H100,
+ncu profiles keeps its session from its first profiled kernel until it ends, idle or not (measured on an H100,
 driver 580, ncu 2025.3.1: docs/sandbox.md, "One profiler per GPU"). When ncu answers "a
 driver resource was unavailable", the useful answer names who holds it. No API says so;
 what can be seen is which processes are profilers (ncu, nsys, DCGM's host engine) or run

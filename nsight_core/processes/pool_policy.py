@@ -12,9 +12,10 @@ A judge's states, as the pool (standby.py) sees them:
 
 The rules, each with its reason:
 
-- **One profiler per GPU.** A process that ncu profiles holds its GPU's profiler for as long
-  as it lives, idle or not, and another ncu process on that GPU then fails ("a driver
-  resource was unavailable") or waits (measured on an H100: docs/sandbox.md). So a GPU's pool
+- **One profiler per GPU.** A process that ncu profiles holds its GPU's profiler from its
+  first profiled kernel (our contestants profile the prime at their start) until it ends,
+  idle or not, and another ncu process on that GPU then fails ("a driver resource was
+  unavailable") or waits (measured on an H100: docs/sandbox.md). So a GPU's pool
   keeps at most one judge whose contestant holds the profiler (`Backend.holds_profiler`), and
   a job whose contestant will hold it retires every other one before it starts.
 - **At most `capacity` standbys**, one per recent key (a staged request alternates two), the

@@ -60,6 +60,22 @@ def test_progress_rises_monotonically_across_phases_and_estimates_time_left() ->
     assert seen[3].eta_s == 0.0
 
 
+def test_the_time_left_counts_down_and_a_stalled_job_says_it_is_past_its_estimate() -> None:
+    """Issue 41: a hang read "53 %, about 1 s left" at 60 s and again at 360 s."""
+    clock = _Clock()
+    tracker = ProgressTracker(_request(configs=1), clock=clock)
+    tracker.update(ProgressEvent(phase="check", config_id=0, done=2, total=2))
+    clock.now += 2.0
+    tracker.update(ProgressEvent(phase="profile", config_id=0, run=0, done=2, total=8))
+    assert tracker.latest.eta_text() == "about 6 s left"
+    clock.now += 4.0
+    assert tracker.latest.eta_text() == "about 2 s left"
+    clock.now += 56.0  # no event for a minute: a call hangs
+    late = tracker.latest
+    assert late.eta_s == 0.0 and late.overdue_s == pytest.approx(54.0)
+    assert late.eta_text().startswith("54 s past its estimate: a call is slow or hung")
+
+
 def test_a_state_note_keeps_the_progress_already_reached() -> None:
     tracker = ProgressTracker(_request())
     tracker.update(ProgressEvent(phase="profile", done=1, total=2))
