@@ -1,18 +1,15 @@
-"""The judge's entry point: start the contestant first, import the judge after.
+"""The judge's entry point: listen for the job first, import the judge after.
 
-    python -P -m nsight_core.judge.boot --standby HOME   (pre-started: waits for a job)
-    python -P -m nsight_core.judge.boot --cold HOME      (its job is handed over at once)
-    python -P -m nsight_core.judge.boot --idle HOME      (no settings yet: handover.py)
+    python -P -m nsight_core.judge.boot --idle HOME      (no contestant until its job comes)
+    python -P -m nsight_core.judge.boot --standby HOME   (pre-started: its contestant too)
 
-Every request job's judge starts here, the same way (processes/standby.py starts it): HOME
-holds its `LaunchSpec` and the contestant's exact command (launch.py's `LaunchPlan`, written
-by the server). This module imports only the standard library and the process machinery, so
-the contestant is spawned a few hundredths of a second after this process starts; the
-judge's own imports, its frameworks and its CUDA context (begun on a side thread at once:
-early_cuda.py) then overlap the contestant's start instead of preceding it. The job itself
-arrives later, on HOME's socket: at once for a cold judge, whenever it comes for a
-pre-started one. An idle judge has no contestant until its job comes: it listens for the
-job first (handover.py), so the contestant can start whatever the judge is doing then.
+Every request job's judge starts here (processes/standby.py starts it) and takes its job on
+HOME's socket (processes/handover.py), whenever it comes: a job that starts cold goes to an
+idle judge spawned for it and handed the job at once. This module imports only the standard
+library and the process machinery, so the socket listens, and a pre-started judge's
+contestant is spawned, a few hundredths of a second after this process starts; the judge's
+own imports, its frameworks and its CUDA context (begun on a side thread at once:
+early_cuda.py) then overlap the contestant's start instead of preceding it.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from nsight_core.processes.launch import LaunchPlan, launch
 from nsight_core.processes.sandbox import watch_parent_pipe
 from nsight_core.runtime.early_cuda import EarlyCuda
 
-MODES = ("--standby", "--cold", "--idle")
+MODES = ("--idle", "--standby")
 BAD_USAGE = 2
 
 
@@ -35,22 +32,20 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"usage: python -m nsight_core.judge.boot {'|'.join(MODES)} HOME\n")
         return BAD_USAGE
     home = Path(argv[2]).resolve()
-    if argv[1] == "--idle":
-        handover = Handover(home)  # before anything slow: a job may come at once
-        early = EarlyCuda()
-        from nsight_core.judge import core as judge  # lazy: the handover is listening
-        from nsight_core.runtime.process import exit_now  # lazy: the judge has loaded it by now
-
-        code = judge.idle_main(home, handover, early)
-        exit_now(code)
-        return code
-    plan = LaunchPlan.read(home)  # without one the judge makes the command itself
-    launched = launch(plan) if plan is not None else None
+    prestarted = argv[1] == "--standby"
+    launched = None
+    if prestarted:  # its contestant now; without a plan the judge makes the command itself
+        plan = LaunchPlan.read(home)
+        launched = launch(plan) if plan is not None else None
+    handover = Handover(home, launches=not prestarted)  # before anything slow
     early = EarlyCuda()  # this process's CUDA context, while it imports (early_cuda.py)
-    from nsight_core.judge import core as judge  # lazy: its imports overlap the contestant's start
+    from nsight_core.judge import core as judge  # lazy: the contestant or the handover is up
     from nsight_core.runtime.process import exit_now  # lazy: the judge has loaded it by now
 
-    code = judge.main(home, prestarted=argv[1] == "--standby", launched=launched, early=early)
+    if prestarted:
+        code = judge.standby_main(home, handover, launched, early)
+    else:
+        code = judge.idle_main(home, handover, early)
     exit_now(code)  # skip the interpreter's teardown: events are written, the contestant ended
     return code
 

@@ -30,7 +30,6 @@ import os
 import random
 import secrets
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -63,11 +62,9 @@ from nsight_core.processes.launch import (
     ContestantGone,
     ContestantProcess,
     Launched,
-    peer_pid,
 )
 from nsight_core.processes.sandbox import (
     age_of_process,
-    process_age_s,
 )
 from nsight_core.processes.seat import Seat
 from nsight_core.protocol import (
@@ -76,7 +73,6 @@ from nsight_core.protocol import (
     READY_FILE,
     RELEASE_FD_ENV,
     STANDBY_FILE,
-    STANDBY_SOCKET,
     CallMsg,
     CheckEvent,
     ContestantJob,
@@ -948,29 +944,6 @@ def check_path_once(device: str) -> Tally:
     return tally
 
 
-class StartClock:
-    """A cold judge's own start, step by step from its contestant's spawn ("judge." keys of
-    `phase_seconds`, for the benchmarks): with the contestant's account it says which of
-    the two processes a cold job waited for, and on what."""
-
-    def __init__(self, spawned: float) -> None:
-        self._last = spawned
-        self._laps: dict[str, float] = {}
-        self.lap("import")
-
-    def lap(self, step: str) -> None:
-        now = time.monotonic()
-        self._laps[f"judge.{step}"] = round(max(0.0, now - self._last), 4)
-        self._last = now
-
-    def account(self) -> dict[str, float]:
-        return dict(self._laps)
-
-
-COLD_HANDOVER_S = 60.0
-"""How long a cold judge waits for the job its server hands over as soon as it can connect."""
-
-
 def _read_job(job_dir: Path, spec: LaunchSpec) -> JobSpec | str:
     """The request job in ``job_dir`` for a judge launched with ``spec``; else why not."""
     try:
@@ -984,106 +957,39 @@ def _read_job(job_dir: Path, spec: LaunchSpec) -> JobSpec | str:
     return job
 
 
-def _wait_for_job(
-    listener: socket.socket, seat: Seat, *, cold: bool = False
-) -> tuple[Path, JobSpec] | None:
-    """A pre-started judge's wait: one job directory, handed over on ``listener``.
-
-    It answers ``ok`` once the job is taken, or why not (another spec, a bad file), so the
-    pool can start the job cold instead. None: the contestant ended while idle, or the job
-    was refused; this judge then exits and the pool starts a fresh one.
-    """
-    listener.settimeout(0.2)
-    # A cold judge's job is on its way whatever its contestant does: a contestant that ended
-    # at its start is the job's failure to report, not a reason to leave without the job.
-    end = time.monotonic() + COLD_HANDOVER_S
-    while seat.proc.alive() or (cold and time.monotonic() < end):
-        try:
-            conn, _ = listener.accept()
-        except TimeoutError:
-            continue
-        with conn:
-            if peer_pid(conn) != os.getppid():
-                # Only the pool that started this judge (its parent, the server) may hand it
-                # a job: any process could find the socket's path in /proc, and a job's
-                # code runs in this unconfined process as the trusted reference.
-                continue
-            conn.settimeout(10.0)
-            try:
-                line = conn.makefile("rb").readline(4096).strip()
-                job_dir = Path(line.decode()).resolve()
-                job = _read_job(job_dir, seat.spec)
-                if isinstance(job, str):
-                    conn.sendall(f"no: {job}\n".encode())
-                    return None
-                conn.sendall(b"ok\n")
-            except (OSError, UnicodeDecodeError, ValueError):
-                continue
-            return job_dir, job
-    return None
-
-
-def main(
-    home: Path,
-    *,
-    prestarted: bool,
-    launched: Launched | None = None,
-    early: EarlyCuda | None = None,
+def standby_main(
+    home: Path, handover: Handover, launched: Launched | None, early: EarlyCuda | None = None
 ) -> int:
-    """Seat the contestant for HOME's `LaunchSpec`, take the job handed over on HOME's
-    socket and run it (judge/boot.py is the entry point and has watched the parent pipe).
+    """A pre-started judge: seat the contestant for HOME's `LaunchSpec`, say so once it is
+    up (the ready file, which the pool waits for), then run the job handed over.
 
-    ``prestarted``: started before any job (a standby): it waits until its contestant is up,
-    says so (the ready file), then for a job; a cold judge takes its job at once, and its
-    start-up counts against the job's limit. ``launched``: the contestant boot.py started
-    from the server's plan; ``early``: the CUDA context boot.py began on a side thread."""
+    ``launched``: the contestant boot.py started from the server's plan (None: the judge
+    makes the command itself); ``early``: the CUDA context boot.py began on a side thread."""
     release_fd = _release_fd()
     spec = _read_spec(home, launched)
     if spec is None:
         return int(JobExit.BAD_JOB)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(home / STANDBY_SOCKET))
-    listener.listen(1)
-    seat = Seat(spec, home, prestarted=prestarted, launched=launched)
-    # This process's start until its contestant was spawned.
-    spawn_s = seat.started - time.monotonic() + process_age_s()
-    start = StartClock(seat.started)  # the import of this module and the rest of boot.py
-    taken: tuple[Path, JobSpec] | None = None
-    if not prestarted:
-        # A cold judge's job is handed over at once; the job's first step waits for the
-        # contestant, so one that never starts is that job's failure, in its events.
-        taken = _wait_for_job(listener, seat, cold=True)
-        start.lap("job")
-    # While the contestant starts: this process's own frameworks and CUDA context.
-    preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
-    start.lap("frameworks")
+    seat = Seat(spec, home, prestarted=True, launched=launched)
+    preload_frameworks(PRESTART_FRAMEWORKS)
     init_cuda(early)
-    start.lap("cuda")
-    warm_checks()  # cold or pre-started, the contestant takes longer to start than this
-    start.lap("warm")
+    warm_checks()
     gpu = GpuSampler.for_backend(seat.backend.evidence)  # NVML's start, off the job's path
-    start.lap("nvml")
-    idle0 = time.monotonic()
-    if prestarted:
-        try:
-            seat.wait_ready(START_TIMEOUT_S)
-        except (ContestantGone, TimeoutError, ValueError) as exc:
-            sys.stderr.write(
-                f"nsight_core.judge.core: the standby's contestant did not start: {exc}\n"
-            )
-            seat.close()
-            return int(JobExit.OK)
-        (home / READY_FILE).touch()  # the pool waits for this before any job runs
-        idle0 = time.monotonic()
-        taken = _wait_for_job(listener, seat)
-    listener.close()
-    if taken is None:
+    try:
+        seat.wait_ready(START_TIMEOUT_S)
+    except (ContestantGone, TimeoutError, ValueError) as exc:
+        sys.stderr.write(f"nsight_core.judge.core: the standby's contestant did not start: {exc}\n")
         seat.close()
         return int(JobExit.OK)
-    job_dir, job = taken
-    # A cold judge's own start is on the job's path, beside its contestant's.
-    phases = {"standby_idle": round(time.monotonic() - idle0, 4)} if prestarted else start.account()
-    return _run_job(job, job_dir, seat, gpu, phases, 0.0 if prestarted else spawn_s, release_fd)
+    (home / READY_FILE).touch()
+    idle0 = time.monotonic()
+    taken = handover.wait(seat.proc.alive)  # None: the contestant ended while it waited
+    job = _read_job(taken.job_dir, spec) if taken is not None else "no job"
+    if taken is None or isinstance(job, str):
+        sys.stderr.write(f"nsight_core.judge.core: {job}\n")
+        seat.close()
+        return int(JobExit.OK if taken is None else JobExit.BAD_JOB)
+    phases = {"standby_idle": round(time.monotonic() - idle0, 4)}
+    return _run_job(job, taken.job_dir, seat, gpu, phases, 0.0, release_fd)
 
 
 def idle_main(home: Path, handover: Handover, early: EarlyCuda | None = None) -> int:
@@ -1100,6 +1006,7 @@ def idle_main(home: Path, handover: Handover, early: EarlyCuda | None = None) ->
     ready = time.monotonic()
     (home / READY_FILE).touch()
     taken = handover.wait()
+    assert taken is not None  # no contestant to end before the job: it waits for one
     spec = _read_spec(home, taken.launched)
     if spec is None:
         return int(JobExit.BAD_JOB)

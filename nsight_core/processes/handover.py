@@ -1,14 +1,17 @@
-"""An idle judge's handover: the job arrives while the judge may still be starting.
+"""A judge's handover: the one way a job reaches a judge, whenever it comes.
 
-A fresh server knows no job's settings, and under ncu the contestant's settings are fixed at
-its launch, so nothing of a contestant can start before the first request. The judge needs
-no settings to start: an idle judge (judge/boot.py ``--idle``) imports itself and torch,
-makes its CUDA context and warms its checking path before any request, and waits here. The
-server writes the job's `LaunchSpec` and `LaunchPlan` into the judge's home and sends the
-job directory on its socket; a thread of this module takes it and starts the contestant at
-once, whatever the judge's main thread is still doing (the imports hold the GIL between
-bytecodes only, so the thread runs within milliseconds). The contestant's start is then the
-job's only start on its path: the judge's own was done before, or goes on beside it.
+Every request job's judge listens on its home's socket from its first instant
+(judge/boot.py) and takes exactly one job there, from its parent, the server (peer-checked:
+`SO_PEERCRED`). What differs is only what exists when the job comes:
+
+- an *idle* judge has no contestant: the server writes the job's `LaunchSpec` and
+  `LaunchPlan` into its home and sends the job directory; this module's thread starts the
+  contestant at once, whatever the judge's main thread is still doing (imports hold the GIL
+  between bytecodes only, so the thread runs within milliseconds). A job that starts cold is
+  such a judge, spawned for the job and handed it at once, so a cold job's only start on its
+  path is its contestant's, and the judge's own goes on beside it;
+- a *pre-started* judge (``--standby``) started its contestant for its spec at its own start;
+  the handover then only takes the job.
 
 Standard library only, like launch.py: boot.py starts this before importing the judge.
 """
@@ -20,6 +23,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,21 +33,23 @@ from nsight_core.runtime.files import STANDBY_SOCKET
 
 @dataclass
 class Taken:
-    """A job handed over: its directory, the contestant started for it, and when it came."""
+    """A job handed over: its directory, the contestant started for it (None where the
+    judge had one already), and when it came."""
 
     job_dir: Path
-    launched: Launched
+    launched: Launched | None
     received: float
     """time.monotonic() when the server's message arrived."""
 
 
 class Handover:
     """Listens on HOME's socket from the start; the first job its parent hands over is
-    taken, its contestant started, and the answer ``ok`` sent (the job's own checks run
-    later, in the judge, and end in the job's events like a cold judge's)."""
+    taken (with ``launches``, its contestant started from HOME's plan) and the answer ``ok``
+    sent. The job's own checks run later, in the judge, and end in the job's events."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, launches: bool) -> None:
         self.home = home
+        self._launches = launches
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(home / STANDBY_SOCKET))
         self._listener.listen(1)
@@ -52,10 +58,12 @@ class Handover:
         self._thread = threading.Thread(target=self._serve, name="nspy handover", daemon=True)
         self._thread.start()
 
-    def wait(self) -> Taken:
-        """Until a job is taken (the judge's own time limit ends an idle judge)."""
-        self._done.wait()
-        assert self.taken is not None
+    def wait(self, alive: Callable[[], bool] | None = None) -> Taken | None:
+        """Until a job is taken (the judge's own time limit ends a judge nobody hands one);
+        None once ``alive`` says the contestant waiting for it has ended."""
+        while not self._done.wait(0.2):
+            if alive is not None and not alive():
+                return None
         return self.taken
 
     def _serve(self) -> None:
@@ -76,10 +84,12 @@ class Handover:
         line = conn.makefile("rb").readline(4096).strip()
         received = time.monotonic()
         job_dir = Path(line.decode()).resolve()
-        plan = LaunchPlan.read(self.home)
-        if plan is None:
-            conn.sendall(b"no: no launch plan in the idle judge's home\n")
-            return
-        launched = launch(plan)
+        launched = None
+        if self._launches:
+            plan = LaunchPlan.read(self.home)
+            if plan is None:
+                conn.sendall(b"no: no launch plan in the idle judge's home\n")
+                return
+            launched = launch(plan)
         self.taken = Taken(job_dir, launched, received)
         conn.sendall(b"ok\n")

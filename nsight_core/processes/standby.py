@@ -140,11 +140,12 @@ class Standby:
         prestarted: bool = True,
         idle: bool = False,
     ) -> None:
-        """Start the judge for ``key``: ``prestarted`` before any job (it waits up to
-        ``idle_s``), else cold, for a job handed over at once (``idle_s`` is then the job's
-        own limit). Both go through the same start: judge/boot.py. ``idle``: a judge alone,
-        for any spec with ``key``'s environment and memory limit (handover.py), told the
-        job's spec and contestant's command at the handover."""
+        """Start the judge for ``key``: ``prestarted`` before any job, with its contestant
+        (it waits up to ``idle_s``); else an idle judge (judge/boot.py ``--idle``) whose
+        contestant starts at the handover (handover.py): for a job handed over at once (a
+        cold start: ``key``'s settings are written now, ``idle_s`` is the job's own limit),
+        or, with ``idle``, for any spec with ``key``'s environment and memory limit, told
+        the job's settings at the handover."""
         self.key = key
         self.idle_s = idle_s
         self.speculative = speculative
@@ -166,7 +167,9 @@ class Standby:
         # complete (judge.release); only the judge inherits the write end.
         self._release_r, self._release_w = os.pipe()
         env = {**dict(key.env), RELEASE_FD_ENV: str(self._release_w)}
-        mode = "--idle" if idle else "--standby" if prestarted else "--cold"
+        # A cold judge is an idle one whose settings are written before its start and
+        # whose job comes at once: one way for a job to reach a judge (handover.py).
+        mode = "--standby" if prestarted and not idle else "--idle"
         argv = [sys.executable, "-P", "-m", "nsight_core.judge.boot", mode, str(self.home)]
         self.argv = argv
         self._thread = threading.Thread(target=self._run, args=(argv, env), daemon=True)

@@ -211,16 +211,18 @@ def test_the_checking_path_a_pre_started_judge_warms_up_passes_on_identical_outp
 def test_a_cold_job_starts_its_contestant_from_the_servers_plan_before_the_judge_imports(
     tmp_path: Path,
 ) -> None:
-    """A cold job takes the one start path: the server writes the contestant's command into
-    the judge's home (launch.json), judge/boot.py starts it with the standard library alone,
-    then imports the judge, which adopts that process and is handed its job at once."""
+    """A cold job takes the one way a job reaches a judge: the server writes the contestant's
+    command into the judge's home (launch.json) and hands the job to the judge it spawned at
+    once; the judge's handover thread, listening before the judge imports anything heavy,
+    starts the contestant with the standard library alone (processes/handover.py)."""
     result = job_with_candidate(tmp_path, "same.py", "def cand(xs):\n    return sum(xs)\n", n=8)
     assert result.status == "done", result.message
     assert result.provenance is not None
     phases = result.provenance.phase_seconds
     assert "spawn" in phases and "standby_idle" not in phases  # cold: start-up counts
-    steps = ["import", "job", "frameworks", "cuda", "warm", "nvml", "waited"]
-    assert all(phases[f"judge.{s}"] >= 0.0 for s in steps), phases
+    # The job came while the judge still started: how much of its start was left then.
+    assert phases["judge.start_left"] > 0.0 and phases["judge.idle"] == 0.0, phases
+    assert 0.0 <= phases["launch"] < 5.0 and phases["judge.waited"] >= 0.0, phases
     # Whichever process started later, the other waited for it; they cannot both wait long.
     assert min(phases["judge.waited"], phases["contestant.waited_for_job"]) < 0.5, phases
     assert "nsight_core.contestant" in " ".join(result.provenance.command)
