@@ -200,11 +200,11 @@ class Comparison(_Model):
     ConfigId: int
     Params: dict[str, Any]
     Metric: str
-    Ratio: float | None = Field(description="Mean of per-run candidate/reference ratios.")
+    Ratio: float | None = Field(description="Median per-run candidate/reference: 1/Speedup.")
     Speedup: float | None = Field(
-        description="reference/candidate for lower-is-better metrics (times); null otherwise."
+        description="Median per-run reference/candidate, lower-is-better metrics; else null."
     )
-    Speedup_CI95_Lower: float | None = Field(description="t-based 95 % CI from per-run pairs.")
+    Speedup_CI95_Lower: float | None = Field(description="95 % CI of paired runs, log scale.")
     Speedup_CI95_Upper: float | None = None
     Resolvable: bool | None = Field(
         description="True when the CI excludes 1.0: the difference is larger than the noise."

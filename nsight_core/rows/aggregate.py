@@ -235,7 +235,7 @@ def _comparison(
     resolvable = None
     if lower_is_better(metric, unit):
         speedups = paired_ratio(ref_values, cand_values)
-        speedup = speedups.mean
+        speedup = speedups.estimate
         resolvable = speedups.excludes_one
         if speedups.ci is not None:
             lo, hi = speedups.ci
@@ -251,7 +251,7 @@ def _comparison(
         ConfigId=config_id,
         Params=params,
         Metric=metric,
-        Ratio=paired_ratio(cand_values, ref_values).mean,
+        Ratio=paired_ratio(cand_values, ref_values).estimate,
         Speedup=speedup,
         Speedup_CI95_Lower=lo,
         Speedup_CI95_Upper=hi,

@@ -9,9 +9,16 @@ degrees of freedom: the normal z = 1.96 that Nsight Python uses understates the 
 by 2.2x at n = 3 (t = 4.30) and by 1.3x at n = 5 (reference §G.5). A comparison divides
 each candidate run by the reference run of the same index, measured in the same job with
 the same inputs, so drift that hits both (clocks, temperature, other tenants) cancels in
-the ratio; its interval is then a one-sample t interval of those paired ratios
-(`paired_ratio`), tighter and more honest than dividing two independent means. Callers pass
-finite values only; a result that is not finite comes back as None, never NaN.
+the ratio, which is tighter and more honest than dividing two independent means.
+
+Why the log scale and the median. A ratio of times lives on (0, inf) and is
+symmetric in the log (2x faster and 2x slower are equal distances from 1), so the paired
+ratios' interval is the t interval of their logarithms, exponentiated: never below zero, and
+a candidate's Ratio is exactly the inverse of its Speedup. The estimate is the median of the
+paired ratios, which one outlying run cannot move (a mean of ratios let one call replayed 50x
+faster lift an honest 1.3x to about 4x); that same outlier widens the interval instead, so
+such a comparison reads unresolved rather than moved. Callers pass finite values only; a
+result that is not finite comes back as None, never NaN.
 """
 
 from __future__ import annotations
@@ -166,18 +173,21 @@ def summarize(values: Sequence[float]) -> Summary:
 
 @dataclass(frozen=True)
 class PairedRatio:
-    """Mean of per-pair ratios and its t interval."""
+    """The paired ratios' estimate and interval (the module's docstring says why these)."""
 
-    mean: float | None
-    """Mean of the ratios; None when no pair had a nonzero denominator."""
+    estimate: float | None
+    """Median of the per-pair ratios; None when no pair had a positive numerator and
+    denominator."""
     ci: tuple[float, float] | None
-    """t interval of that mean; None below `MIN_RUNS_FOR_CI` ratios."""
+    """Exponentiated t interval of the mean log ratio, widened to hold the estimate; None
+    below `MIN_RUNS_FOR_CI` ratios."""
     n: int
-    """Ratios the mean is over (pairs with a zero denominator are left out)."""
+    """Ratios it is over (pairs with a value at or below zero are left out)."""
 
     @property
     def excludes_one(self) -> bool | None:
-        """Whether the interval lies wholly above or below 1 (resolvable); None without one."""
+        """Whether the interval lies wholly above or below 1 (resolvable); None without one.
+        Identical ratios of exactly 1 (a tie) give the interval [1, 1], which holds 1."""
         if self.ci is None:
             return None
         lo, hi = self.ci
@@ -187,13 +197,17 @@ class PairedRatio:
 def paired_ratio(
     numerators: Sequence[float], denominators: Sequence[float], level: float = CI_LEVEL
 ) -> PairedRatio:
-    """numerator[i] / denominator[i] per pair, then their mean and t interval.
-
-    Pairs share an index (the same run of two callables), so drift common to both cancels.
-    """
-    ratios = [n / d for n, d in zip(numerators, denominators, strict=True) if d != 0]
-    if not ratios:
+    """numerator[i] / denominator[i] per pair: their median and log-scale interval."""
+    pairs = zip(numerators, denominators, strict=True)
+    logs = [math.log(n) - math.log(d) for n, d in pairs if n > 0 and d > 0]
+    if not logs:
         return PairedRatio(None, None, 0)
-    return PairedRatio(
-        finite_or_none(statistics.fmean(ratios)), t_interval(ratios, level), len(ratios)
-    )
+    estimate = math.exp(statistics.median(logs))
+    ci = t_interval(logs, level)
+    if ci is None:
+        return PairedRatio(finite_or_none(estimate), None, len(logs))
+    lo, hi = math.exp(ci[0]), math.exp(ci[1])
+    interval = (min(lo, estimate), max(hi, estimate))
+    if not all(math.isfinite(x) for x in (*interval, estimate)):
+        return PairedRatio(finite_or_none(estimate), None, len(logs))
+    return PairedRatio(estimate, interval, len(logs))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -326,11 +327,13 @@ def test_speedup_is_reference_over_candidate_with_paired_ci() -> None:
     recs = Recs().series("ref", 0, [10.0, 10.2, 9.8, 10.1]).series("cand", 0, [5.0, 5.1, 4.9, 5.0])
     [cmp] = compare_to_reference(recs.reduce(), "ref", ["cand"])
     speedups = [10.0 / 5.0, 10.2 / 5.1, 9.8 / 4.9, 10.1 / 5.0]
-    assert cmp.Speedup == pytest.approx(sum(speedups) / 4)
-    assert cmp.Ratio == pytest.approx(sum(1 / s for s in speedups) / 4)
-    ci = t_interval(speedups)
+    assert cmp.Speedup == pytest.approx(statistics.median(speedups))
+    assert cmp.Speedup is not None and cmp.Ratio == pytest.approx(1 / cmp.Speedup)  # inverted
+    ci = t_interval([math.log(x) for x in speedups])  # the log scale (stats.py says why)
     assert ci is not None
-    assert (cmp.Speedup_CI95_Lower, cmp.Speedup_CI95_Upper) == pytest.approx(ci)
+    lo, hi = cmp.Speedup_CI95_Lower, cmp.Speedup_CI95_Upper
+    assert lo is not None and hi is not None
+    assert (lo, hi) == pytest.approx((min(math.exp(ci[0]), 2.0), max(math.exp(ci[1]), 2.0)))
     assert cmp.NumPairs == 4 and cmp.Resolvable is True
 
 

@@ -89,21 +89,46 @@ def test_finite_or_none_keeps_only_finite_numbers() -> None:
     assert finite_or_none(None) is None
 
 
-def test_paired_ratio_averages_per_pair_ratios_with_their_t_interval() -> None:
+def test_paired_ratio_is_the_median_ratio_with_a_log_scale_t_interval() -> None:
     num, den = [10.0, 10.2, 9.8, 10.1], [5.0, 5.1, 4.9, 5.0]
     ratios = [n / d for n, d in zip(num, den, strict=True)]
     pr = paired_ratio(num, den)
     assert pr.n == 4
-    assert pr.mean == pytest.approx(statistics.fmean(ratios))
-    assert pr.ci == pytest.approx(t_interval(ratios))
+    assert pr.estimate == pytest.approx(statistics.median(ratios))
+    lo, hi = t_interval([math.log(r) for r in ratios])  # type: ignore[misc]
+    assert pr.ci == pytest.approx((math.exp(lo), math.exp(hi)))
     assert pr.excludes_one is True
+    # The inverse comparison is the exact inverse: Ratio = 1 / Speedup.
+    inverse = paired_ratio(den, num)
+    assert pr.estimate is not None and inverse.estimate == pytest.approx(1 / pr.estimate)
+    assert inverse.ci == pytest.approx((1 / pr.ci[1], 1 / pr.ci[0]))  # type: ignore[index]
 
 
-def test_paired_ratio_leaves_out_zero_denominators_and_says_when_it_cannot_resolve() -> None:
+def test_one_outlying_run_cannot_move_the_speedup_and_leaves_it_unresolved() -> None:
+    """Issue 42: a candidate that makes one timed call of five ~50x faster (an output
+    replayed) lifted an honest 1.3x to about 4x as a mean of per-run ratios."""
+    ref = [13.0, 13.1, 12.9, 13.0, 13.0]
+    honest = [10.0, 10.1, 9.9, 10.0, 10.05]
+    gamed = [10.0, 10.1, 9.9, 10.0, 0.2]
+    fair, bent = paired_ratio(ref, honest), paired_ratio(ref, gamed)
+    assert fair.estimate == pytest.approx(1.3, rel=0.01) and fair.excludes_one is True
+    assert bent.estimate == pytest.approx(fair.estimate, rel=0.02)  # the median holds
+    assert bent.excludes_one is False  # the outlier widens the interval: not resolvable
+    assert statistics.fmean(r / c for r, c in zip(ref, gamed, strict=True)) > 3.9
+
+
+def test_the_interval_never_goes_below_zero_and_a_tie_is_not_resolvable() -> None:
+    wild = paired_ratio([1.0, 90.0, 2.0, 40.0], [1.0, 1.0, 1.0, 1.0])
+    assert wild.ci is not None and wild.ci[0] > 0.0
+    tie = paired_ratio([5.0, 5.0, 5.0], [5.0, 5.0, 5.0])
+    assert tie.estimate == 1.0 and tie.ci == (1.0, 1.0) and tie.excludes_one is False
+
+
+def test_paired_ratio_leaves_out_non_positive_values_and_says_when_it_cannot_resolve() -> None:
     pr = paired_ratio([1.0, 2.0, 3.0], [0.0, 2.0, 3.0])
-    assert pr.n == 2 and pr.mean == pytest.approx(1.0)
+    assert pr.n == 2 and pr.estimate == pytest.approx(1.0)
     assert pr.ci is None and pr.excludes_one is None
-    assert paired_ratio([1.0], [0.0]).mean is None
+    assert paired_ratio([1.0], [0.0]).estimate is None
     noisy = paired_ratio([10.5, 9.5, 10.0], [10.0, 11.0, 9.0])
     assert noisy.excludes_one is False
 
