@@ -27,6 +27,7 @@ from typing import Any
 
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.contention import contention
 from nsight_core.protocol import CheckEvent, RunKey, SuspectEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import (
@@ -436,6 +437,9 @@ def assemble_result(
     rows = apply_floor(rows, diagnosed.floors)
     rows = apply_suspects(rows, [*run.events.suspects, *got.suspects], ctx.evidence)
     rows = get_backend(settings.backend).annotate_rows(rows)
+    busy = contention(*run.host) if run.host is not None else None
+    if busy is not None and ctx.evidence == "in_process":
+        rows = [_noted(r, busy) for r in rows]
     rows = apply_gpu_states(rows, run.events.gpu_states)  # the judge's NVML readings
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)

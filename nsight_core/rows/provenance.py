@@ -14,6 +14,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from nsight_core.collectors import get_backend
+from nsight_core.host.contention import load_note
+from nsight_core.processes.sandbox.env import child_math_threads
 from nsight_core.results import (
     Comparison,
     Correctness,
@@ -55,8 +57,15 @@ def provenance_of(run: JobRun, settings: JobSettings, gpu: str | None) -> Proven
         phase_seconds=dict(done.phase_seconds) if done else {},
         wall_seconds=round(run.wall_s, 3),
         contestant_confined=done.confined if done else None,
-        notes=list(done.notes) if done else [],
+        notes=[*(done.notes if done else []), *_host_notes(run)],
     )
+
+
+def _host_notes(run: JobRun) -> list[str]:
+    if run.host is None:
+        return []
+    before, after = run.host
+    return [load_note(before, after, child_math_threads())]
 
 
 def finish_result(

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from nsight_core.collectors.base import Wrapped
 from nsight_core.errors import NsightCoreError
+from nsight_core.host.contention import HostLoad
 from nsight_core.protocol import (
     CheckEvent,
     DoneEvent,
@@ -137,3 +138,5 @@ class JobRun:
     error: NsightCoreError | None
     wall_s: float
     artifacts: dict[str, str]
+    host: tuple[HostLoad, HostLoad] | None = None
+    """The host's load before and after the job (host/contention.py); None where not read."""

@@ -23,6 +23,7 @@ ENV_ALLOW_NAMES = frozenset(
         "VIRTUAL_ENV",
         "CONDA_PREFIX",
         "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
         "MKL_NUM_THREADS",
         "NVTX_INJECTION64_PATH",
     }
@@ -77,5 +78,28 @@ def build_env(
     env["TMPDIR"] = str(home)
     # Unbuffered so the last lines before a hang or crash reach us.
     env["PYTHONUNBUFFERED"] = "1"
+    # Two processes of one job (the judge and the contestant) must not fight over the
+    # CPUs with a thread pool each the size of the host: half each, unless set by the caller.
+    for name in MATH_THREAD_VARS:
+        env.setdefault(name, str(math_threads()))
     env.update(extra or {})
     return env
+
+
+MATH_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""The math libraries' thread-pool sizes (torch's intra-op pool follows OMP_NUM_THREADS)."""
+
+
+def child_math_threads() -> str:
+    """The math threads a job's processes get: the caller's OMP_NUM_THREADS, else ours."""
+    return os.environ.get("OMP_NUM_THREADS") or str(math_threads())
+
+
+def math_threads() -> int:
+    """Half the CPUs this process may use, at least one: a job's two processes take turns
+    (the judge waits while the contestant runs a call) but both import and warm at once."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
