@@ -116,6 +116,14 @@ class Log:
     problems: list[str] = field(default_factory=list)
     result_ids: list[str] = field(default_factory=list)
 
+    def next(self) -> int:
+        """The number of the next request's line (the restart's line is not a request)."""
+        return 1 + sum(line.startswith("[") for line in self.lines)
+
+    @property
+    def requests(self) -> int:
+        return sum(line.startswith("[") for line in self.lines)
+
     def say(self, line: str) -> None:
         self.lines.append(line)
         sys.stderr.write(line + "\n")
@@ -289,7 +297,7 @@ async def _call(client: Client, step: Step, log: Log) -> None:
     if got.get("result_id"):
         log.result_ids.append(str(got["result_id"]))
     status = "error" if result.is_error else got.get("status", "ok")
-    line = f"[{len(log.lines) + 1:2d}] {step.name}: {status} in {time.monotonic() - t0:.1f} s"
+    line = f"[{log.next():2d}] {step.name}: {status} in {time.monotonic() - t0:.1f} s"
     if problem:
         log.problems.append(f"{step.name}: {problem}")
         line += f"  PROBLEM: {problem}"
@@ -318,7 +326,7 @@ async def _cancel_one(client: Client, k: Path, backend: str, log: Log) -> None:
     problem = (
         None if ended.get("status") == "cancelled" else f"not cancelled: {ended.get('status')}"
     )
-    line = f"[{len(log.lines) + 1:2d}] cancel a running job: {ended.get('status')} in {time.monotonic() - t0:.1f} s"
+    line = f"[{log.next():2d}] cancel a running job: {ended.get('status')} in {time.monotonic() - t0:.1f} s"
     if problem:
         log.problems.append(f"cancel: {problem}")
         line += f"  PROBLEM: {problem}"
@@ -328,7 +336,7 @@ async def _cancel_one(client: Client, k: Path, backend: str, log: Log) -> None:
 async def _nothing_running(client: Client, log: Log) -> None:
     got = answer(await client.call_tool("read_results", {"limit": 100}))
     running = [r for r in got.get("results", []) if r.get("status") in ("running", "queued")]
-    line = f"[{len(log.lines) + 1:2d}] read_results listing: {len(got.get('results', []))} results"
+    line = f"[{log.next():2d}] read_results listing: {len(got.get('results', []))} results"
     if running:
         log.problems.append(f"jobs left running: {running}")
         line += f"  PROBLEM: {len(running)} still running"
