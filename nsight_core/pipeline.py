@@ -142,7 +142,7 @@ def run_profile_job(
     run = run_planned(plan, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits)
     rest = _after_a_hang(request, plan, run, cancel)
     if isinstance(rest, list):
-        run = _joined(run, run, rest)
+        run = _with_failures(run, rest)
     elif rest is not None:
         with contextlib.suppress(NsightCoreError):  # planned once already: it does not fail
             (job_dir / REST_DIR).mkdir(exist_ok=True)
@@ -170,7 +170,8 @@ def _after_a_hang(
     A candidate call that outlives its own limit (judge/call_limit.py) ends the contestant,
     and with it the calls of every candidate not yet done: those are run once more without
     the one that hung, in the time the job has left, so a hang costs only its own candidate.
-    Only a judge's per-call limit marks a hang; a job that ran out of its own time is over."""
+    A job that ran out of its own time (its call in flight is `timeout` too) has no time
+    left for that run: its other candidates are reported untimed, saying why."""
     if cancel is not None and cancel.is_set():
         return None
     hung = {
@@ -199,14 +200,18 @@ def _after_a_hang(
     ]
 
 
-def _joined(first: JobRun, rest: JobRun, untimed: Sequence[FailureEvent] = ()) -> JobRun:
-    """The job as the rerun of its other candidates left it, with the first run's hang
-    (``rest`` is ``first`` where no rerun fitted; ``untimed`` then says so per candidate)."""
+def _joined(first: JobRun, rest: JobRun) -> JobRun:
+    """The job as the rerun of its other candidates left it, with the first run's hang."""
     hung = [f for f in first.events.failures if f.error_class == ErrorClass.TIMEOUT]
-    mine = [] if rest is first else hung
-    events = dataclasses.replace(rest.events, failures=[*mine, *rest.events.failures, *untimed])
-    wall_s = rest.wall_s if rest is first else first.wall_s + rest.wall_s
-    return dataclasses.replace(rest, events=events, wall_s=wall_s)
+    joined = _with_failures(rest, hung, first=True)
+    return dataclasses.replace(joined, wall_s=first.wall_s + rest.wall_s)
+
+
+def _with_failures(run: JobRun, more: Sequence[FailureEvent], *, first: bool = False) -> JobRun:
+    """``run`` with ``more`` failures recorded in its events (before its own with ``first``)."""
+    own = run.events.failures
+    failures = [*more, *own] if first else [*own, *more]
+    return dataclasses.replace(run, events=dataclasses.replace(run.events, failures=failures))
 
 
 def run_planned(
@@ -239,6 +244,8 @@ def run_planned(
         tail, outcome, wall_s = _attempt(plan, key, on_progress, cancel, standby, waits)
         if waits is not None:  # the first attempt is time before this run, named so
             waits["profiler_retry"] = first_s
+    if standby is not None:
+        standby.refill(key)  # after the last attempt: a retry starts none only to retire it
     tail.poll()
     events = read_events(job_dir / EVENTS_FILE)
     killed = killed_in_flight(job_dir, outcome) if events.end is None else None
@@ -283,7 +290,8 @@ def _attempt(
     standby: StandbyPool | None,
     waits: dict[str, float] | None,
 ) -> tuple[EventTail, SandboxOutcome, float]:
-    """One run of the job's judge: (its events' tail, its outcome, its wall seconds)."""
+    """One run of the job's judge: (its events' tail, its outcome, its wall seconds). The
+    caller refills the pool once its last attempt has ended."""
     tail = EventTail(plan.job_dir / EVENTS_FILE, on_progress)
     # One start path: the pool's judge pre-started for this key, else one started for it
     # now and handed the job at once; without a pool (pre-started judges off), a pool of
@@ -298,10 +306,7 @@ def _attempt(
     finally:
         if standby is None:
             pool.close()  # its judge's end, if it released the job first
-    wall_s = time.monotonic() - t0
-    if standby is not None:
-        standby.refill(key)
-    return tail, outcome, wall_s
+    return tail, outcome, time.monotonic() - t0
 
 
 def _retry_after_busy_profiler(

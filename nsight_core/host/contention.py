@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from nsight_core.processes.sandbox.env import usable_cpus
+
 
 @dataclass(frozen=True)
 class HostLoad:
@@ -29,13 +31,6 @@ def host_load() -> HostLoad:
     except OSError:
         load = None
     return HostLoad(load, usable_cpus())
-
-
-def usable_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def contention(before: HostLoad, after: HostLoad) -> str | None:

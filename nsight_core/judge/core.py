@@ -982,12 +982,15 @@ def standby_main(
         return int(JobExit.OK)
     (home / READY_FILE).touch()
     idle0 = time.monotonic()
-    taken = handover.wait(seat.proc.alive)  # None: the contestant ended while it waited
-    job = _read_job(taken.job_dir, spec) if taken is not None else "no job"
-    if taken is None or isinstance(job, str):
+    taken = handover.wait(seat.proc.alive)
+    if taken is None:  # the contestant ended while it waited: the pool starts a fresh pair
+        seat.close()
+        return int(JobExit.OK)
+    job = _read_job(taken.job_dir, spec)
+    if isinstance(job, str):
         sys.stderr.write(f"nsight_core.judge.core: {job}\n")
         seat.close()
-        return int(JobExit.OK if taken is None else JobExit.BAD_JOB)
+        return int(JobExit.BAD_JOB)
     phases = {"standby_idle": round(time.monotonic() - idle0, 4)}
     return _run_job(job, taken.job_dir, seat, gpu, phases, 0.0, release_fd)
 

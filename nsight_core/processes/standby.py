@@ -324,8 +324,6 @@ class StandbyPool:
         slot: str = "",
     ) -> None:
         self.policy = PoolPolicy(max(1, capacity), idle_s if idle_s is not None else DEFAULT_IDLE_S)
-        self.idle_s = self.policy.idle_s
-        self.capacity = self.policy.capacity
         self.memory = memory
         """Where the settings of this pool's standbys are written (`slot` names the pool)."""
         self.slot = slot
@@ -440,7 +438,7 @@ class StandbyPool:
             base = self._idle_base
             if self._closed or base is None or (self._idle is not None and self._idle.alive()):
                 return
-            old, self._idle = self._idle, Standby(base, self.idle_s, idle=True)
+            old, self._idle = self._idle, Standby(base, self.policy.idle_s, idle=True)
         if old is not None:
             old.retire()
 
@@ -471,11 +469,10 @@ class StandbyPool:
                     doomed.append(self._spares.pop(k))
                 elif key is not None and self.policy.rivals(k, key):
                     doomed.append(self._spares.pop(k))  # one profiler per GPU: the job's
-            # An idle judge still starting may go on only if ``key``'s job is its own: it
+            # An idle judge still starting may go on only if ``key``'s job is its own (it
             # starts its contestant at the handover and sends nothing before its start is
-            # done. Without a key (no job follows) it is left to start.
-            # It overlaps when it still starts and the job goes elsewhere (another
-            # environment, or a standby of its own settings).
+            # done); if the job goes elsewhere (another environment, or a standby of its own
+            # settings), its start would overlap the job. Without a key it is left to start.
             idle = self._idle
             if (
                 idle is not None
@@ -515,7 +512,7 @@ class StandbyPool:
         with self._lock:
             if self._closed:
                 return
-            self._spares[key] = Standby(key, self.idle_s, speculative=speculative)
+            self._spares[key] = Standby(key, self.policy.idle_s, speculative=speculative)
             specs = [LaunchSpec.model_validate_json(k.spec) for k in self._spares]
         if not speculative:
             self._start_idle()  # the next job with new settings: the one before took it
@@ -534,7 +531,7 @@ class StandbyPool:
     def prestart(self, keys: list[StandbyKey]) -> None:
         """Start standbys for ``keys`` (oldest first), remembered from an earlier server:
         speculative: a job that finds one still starting retires it (`settle`)."""
-        for key in keys[-self.capacity :]:
+        for key in keys[-self.policy.capacity :]:
             self.refill(key, speculative=True)
 
     def close(self) -> None:

@@ -19,18 +19,13 @@ from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.sandbox import Deadline
 from nsight_core.request import ProfileRequest
+from tests.core.test_standby import SOURCE as STANDBY_SOURCE
 
-SOURCE = """
-import os, signal, time
-
-def make_inputs(n):
-    return ([float(i) for i in range(n)],)
-
-def ref(xs):
-    return [2.0 * x for x in xs]
-
-def good(xs):
-    return [x + x for x in xs]
+SOURCE = (
+    STANDBY_SOURCE
+    + """
+import signal
+import time
 
 def hangs(xs):
     time.sleep(3600)
@@ -45,6 +40,7 @@ def hoards(xs):
         kept.append(bytearray(64 << 20))
         time.sleep(0.01)
 """
+)
 
 
 def request(candidates: list[str], time_limit_s: float) -> ProfileRequest:

@@ -98,8 +98,12 @@ def child_math_threads() -> str:
 def math_threads() -> int:
     """Half the CPUs this process may use, at least one: a job's two processes take turns
     (the judge waits while the contestant runs a call) but both import and warm at once."""
+    return max(1, usable_cpus() // 2)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity), which the children it starts inherit."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // 2)
+        return max(1, os.cpu_count() or 1)
