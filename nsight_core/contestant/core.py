@@ -2,7 +2,7 @@
 
 ``python -m nsight_core.contestant PRIVATE_DIR TIMER`` (request jobs; started by the judge,
 under ncu for that backend) connects to the judge's socket in its private directory, starts
-its frameworks, CUDA context and timer, and only then reads its job (a `ContestantJob`: what
+its frameworks, CUDA context and timer (warm_up.py), and only then reads its job (a `ContestantJob`: what
 to import, how to confine itself), so it can be started before the job exists. It imports
 the reference, later the candidates, and then obeys: for each call message it makes
 new arrays from the judge's slots, calls the annotation (inside an NVTX range named by
@@ -38,6 +38,8 @@ from nsight_core.collectors.events import Device, detect_device, sync_all
 from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, TimedCall, call_timer
 from nsight_core.contestant.function_mode import function_main
 from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
+from nsight_core.contestant.triton_prep import TritonPrep
+from nsight_core.contestant.warm_up import WarmUp
 from nsight_core.errors import JobExit
 from nsight_core.processes.sandbox import (
     default_fs_access,
@@ -61,54 +63,12 @@ from nsight_core.protocol import (
     RunKey,
 )
 from nsight_core.runtime.check import aliased, mutated, snapshot_inputs
-from nsight_core.runtime.early_cuda import EarlyCuda
 from nsight_core.runtime.exchange import SlotTable
 from nsight_core.runtime.leaves import leaves
 from nsight_core.runtime.loader import load_callable
-from nsight_core.runtime.process import (
-    FRAMEWORKS,
-    PRESTART_FRAMEWORKS,
-    exit_native,
-    exit_now,
-    failure_event,
-    init_cuda,
-    preload_frameworks,
-)
-from nsight_core.runtime.triton_prep import TritonPrep
+from nsight_core.runtime.process import exit_native, exit_now, failure_event
 
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)
-
-
-WARM_UP = "warm-up"
-"""The range a pre-started contestant warms its GPU path in (``u:load:warm-up``)."""
-
-
-def warm_gpu_path(flush: bool = True) -> None:
-    """A pre-started contestant runs the harness's own GPU path once while it waits for its
-    job: CUDA loads the kernels of the output's snapshot and its comparison, Triton its
-    driver utilities and a launcher (one kernel of ours), and with ``flush`` (the in-process
-    timers) the L2 flush buffer (twice the L2's size) is allocated and its kernel loaded.
-    Otherwise the job's first calls pay for each: a process's first Triton launch is most of
-    a warm ncu job's check phase. Nothing of the job exists yet, and a failure here changes
-    nothing: the job's calls load what they need."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    with contextlib.suppress(Exception):
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-            return
-        x = torch.randn(64, 64, device="cuda")
-        if flush:
-            Device("torch-cuda").flush_l2()
-        snap = snapshot_inputs(((x,), {}))
-        mutated(snap, ((x,), {}))
-        aliased(x.clone(), ((x,), {}))
-        sync_all()
-    if "triton" in sys.modules:
-        with contextlib.suppress(Exception):
-            from nsight_core.runtime import warm_triton  # lazy: only where triton is installed
-
-            warm_triton.launch_once(torch)
 
 
 def _die_with_judge(sock: socket.socket) -> None:
@@ -422,23 +382,8 @@ def main(argv: list[str]) -> int:
     sock.connect(str(Path(argv[1]) / CONTESTANT_SOCKET))
     reader = sock.makefile("rb")
     t0 = time.monotonic()
-    # The driver and the context start on a side thread while torch is imported (the
-    # imports hold the GIL, the driver's calls release it): under ncu, whose injection
-    # starts with the driver, this is the longest overlap a cold job gets.
-    # Under ncu ("range") the side thread also runs the prime (early_cuda.py): ncu's set-up
-    # for profiling then overlaps the imports instead of the job's first timed call.
-    early = EarlyCuda(prime=timer_kind == "range")
-    preload_frameworks(PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS)
-    t1 = time.monotonic()
-    init_cuda(early)
-    t2 = time.monotonic()
-    timer = call_timer(timer_kind)
-    timer.start()  # what it loads (nvtx, libcupti): before confinement and any candidate
-    if prestarted:
-        # In an untimed range: ncu leaves it out (protocol.NCU_NVTX_EXCLUDE), so nothing of
-        # it is profiled or reported; ncu's own cache control needs no flush buffer.
-        with timer.harness(WARM_UP, None, None, None):
-            warm_gpu_path(flush=not timer.external)
+    warm = WarmUp(prestarted=prestarted, timer_kind=timer_kind)
+    timer = warm.before_job()
     t3 = time.monotonic()
     sock.sendall(READY_LINE + b"\n")  # started: nothing of this process touches the GPU now
     line = reader.readline()
@@ -455,20 +400,11 @@ def main(argv: list[str]) -> int:
         return int(JobExit.BAD_JOB)
     not_confined = confine(cjob)  # before any candidate code and before any thread
     contestant = Contestant(cjob, not_confined, timer)
-    contestant.primed = early.primed is not None
-    if timer.external and not prestarted:
-        # A cold ncu job: Triton's own start runs while the reference's calls wait on ncu
-        # (triton_prep.py). A pre-started contestant's warm-up did it before its job, and
-        # the in-process timers keep their process quiet while they time.
-        contestant.prep = TritonPrep()
+    contestant.primed = warm.primed
+    contestant.prep = warm.after_confine()
     contestant.startup_s = {
         "process": round(t0 - (time.monotonic() - process_age_s()), 4),
-        "frameworks": round(t1 - t0, 4),
-        "cuda": round(t2 - t1, 4),
-        # The side thread's own time, when it made the context (it overlapped "frameworks").
-        **({"cuda_thread": early.seconds} if early.error is None and early.seconds else {}),
-        **({"prime": early.primed} if early.primed is not None else {}),
-        "timer": round(t3 - t2, 4),
+        **warm.seconds,
         "waited_for_job": round(t4 - t3, 4),
         "confine": round(time.monotonic() - t4, 4),
     }

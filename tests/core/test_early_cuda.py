@@ -33,7 +33,7 @@ def test_a_job_process_starts_the_thread_before_its_frameworks_and_joins_it() ->
         """
         import sys, threading
         from nsight_core.runtime.early_cuda import EarlyCuda
-        from nsight_core.contestant.core import init_cuda, preload_frameworks
+        from nsight_core.runtime.process import init_cuda, preload_frameworks
         early = EarlyCuda()
         preload_frameworks(("numpy",))
         init_cuda(early)

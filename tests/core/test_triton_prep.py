@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.runtime.triton_prep import TritonPrep
+from nsight_core.contestant.triton_prep import TritonPrep
 
 
 def _run(code: str) -> str:
@@ -30,7 +30,7 @@ def test_without_a_driver_the_thread_says_why_and_imports_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        "nsight_core.runtime.triton_prep.DRIVER", "libcuda-that-does-not-exist.so.1"
+        "nsight_core.contestant.triton_prep.DRIVER", "libcuda-that-does-not-exist.so.1"
     )
     prep = TritonPrep()
     prep.join()
@@ -46,7 +46,7 @@ def test_with_triton_the_thread_leaves_its_source_key_cached() -> None:
     stdout = _run(
         """
         import threading
-        import nsight_core.runtime.triton_prep as tp
+        import nsight_core.contestant.triton_prep as tp
         tp.DRIVER = "libc.so.6"  # a library every Linux host has: stands in for the driver
         prep = tp.TritonPrep()
         from nsight_core.runtime.process import preload_frameworks
@@ -76,7 +76,7 @@ def test_the_threads_imports_never_reach_a_directory_added_after_it_was_made(
     stdout = _run(
         f"""
         import importlib, sys, threading
-        from nsight_core.runtime.triton_prep import HarnessPathOnly
+        from nsight_core.contestant.triton_prep import HarnessPathOnly
         results = {{}}
         ready, added = threading.Event(), threading.Event()
 

@@ -4,7 +4,7 @@ A process's first Triton launch loads Triton's driver utilities and its launcher
 looks up the kernel cache; the candidate's first call would pay for that inside its job. A
 pre-started contestant (every backend; under ncu in a range ncu leaves out) launches this
 kernel while it waits, so the job pays only for its own kernels. Imported only where triton
-is installed (contestant.py looks).
+is installed (warm_up.py looks).
 """
 
 from __future__ import annotations
