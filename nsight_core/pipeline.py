@@ -26,7 +26,7 @@ from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Wrapped
 from nsight_core.collectors.ranges import CALLS_FILE
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.host.contention import host_load
+from nsight_core.host.contention import TenantWatch, host_load
 from nsight_core.judge.in_flight import killed_in_flight
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
@@ -232,6 +232,7 @@ def run_planned(
     plan.job_spec().write(job_dir)
     key = StandbyKey.of(plan.launch, plan.env, plan.memory_bytes)
     load_before = host_load()
+    tenants = TenantWatch(plan.settings.gpu)
     tail, outcome, wall_s = _attempt(plan, key, on_progress, cancel, standby, waits)
     if _retry_after_busy_profiler(plan, outcome, wall_s, cancel):
         # Another process held the GPU's profiler (none of ours: the pool's rule). Once
@@ -272,7 +273,7 @@ def run_planned(
         error=error,
         wall_s=wall_s,
         artifacts=job_artifacts(job_dir),
-        host=(load_before, host_load()),
+        host=(load_before, host_load(tenants.result())),
     )
 
 

@@ -184,6 +184,58 @@ def gpu_process_counts() -> dict[int, int]:
             pynvml.nvmlShutdown()
 
 
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``pid`` is ``ancestor`` or one of its descendants (``/proc``'s parent links)."""
+    seen = 0
+    while pid > 1 and seen < 64:
+        if pid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        seen += 1
+    return False
+
+
+def gpu_tenants(gpu: str) -> tuple[int, list[str]] | None:
+    """Processes with a CUDA context on ``gpu`` (an index or a UUID as CUDA_VISIBLE_DEVICES
+    names it), read now from NVML: (how many are this process's own descendants, the others
+    as "pid N (name, M MiB)"). None when NVML cannot say.
+
+    Another tenant's kernels share the SMs and memory bandwidth with a job's, so a job's
+    provenance names them; our own pre-started judges only hold a context and wait."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver
+        return None
+    try:
+        if gpu.isdigit():
+            h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
+        else:
+            h = pynvml.nvmlDeviceGetHandleByUUID(gpu)
+        procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(h) or [])
+        ours, others = 0, []
+        me = os.getpid()
+        for p in procs:
+            pid = int(p.pid)
+            if _descends_from(pid, me):
+                ours += 1
+                continue
+            used = getattr(p, "usedGpuMemory", None)
+            mib = f", {int(used) >> 20} MiB" if isinstance(used, int) else ""
+            others.append(f"pid {pid} ({_proc_name(pid) or 'unknown'}{mib})")
+        return ours, others
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
 def probe_gpus() -> tuple[list[GpuInfo], str | None, str | None, str, str | None]:
     """(gpus, driver, cuda, source, error)."""
     nvml_error = ""

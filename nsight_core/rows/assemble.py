@@ -27,7 +27,7 @@ from typing import Any
 
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.host.contention import contention
+from nsight_core.host.contention import contention, gpu_shared
 from nsight_core.protocol import CheckEvent, RunKey, SuspectEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import (
@@ -440,6 +440,9 @@ def assemble_result(
     busy = contention(*run.host) if run.host is not None else None
     if busy is not None and ctx.evidence == "in_process":
         rows = [_noted(r, busy) for r in rows]
+    shared = gpu_shared(run.host[1]) if run.host is not None else None
+    if shared is not None:  # every backend: another tenant's kernels share the GPU
+        rows = [_noted(r, shared) for r in rows]
     rows = apply_gpu_states(rows, run.events.gpu_states)  # the judge's NVML readings
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)
