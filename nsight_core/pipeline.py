@@ -55,12 +55,14 @@ from nsight_core.request import (
 )
 from nsight_core.results import ProfileResult, iso, utc_now
 from nsight_core.rows.assemble import assemble_result, refused, with_waits
+from nsight_core.rows.run_values import refuse_summed_rates
 from nsight_core.rows.runs import EventTail, JobRun, ProgressCallback, read_events
 from nsight_core.settings import JobSettings
 
 
 def preflight(request: ProfileRequest) -> None:
     """Refuse a request that cannot work here, before anything is queued or started."""
+    refuse_summed_rates(request.metrics, request.kernels)
     get_backend(request.backend).preflight(JobSettings.of_request(request))
     check_trusted_apart(request)
     check_named_files(request)

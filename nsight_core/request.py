@@ -166,11 +166,12 @@ class CheckSpec(_Strict):
 class KernelsSpec(_Strict):
     """How several kernels inside one annotated call are handled."""
 
-    combine: Reducer | dict[str, Reducer] = Field(
-        "none",
+    combine: Reducer | dict[str, Reducer] | None = Field(
+        None,
         description=(
-            "How to fold several kernels of one call into one value: one reducer for every metric, "
-            "or a map metric -> reducer. 'none' makes more than one kernel an error."
+            "How to fold a call's kernels into one value: one reducer for every metric, or a "
+            "map metric -> reducer; 'none' makes more than one kernel an error. Unnamed "
+            "metrics: .sum ones (times, counts) are summed, others need one kernel."
         ),
     )
     ignore: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
@@ -183,10 +184,12 @@ class KernelsSpec(_Strict):
         description="ncu replay mode. 'range' profiles each annotated call as one range (Kernel='range').",
     )
 
-    def reducer_for(self, metric: str) -> Reducer:
+    def named(self, metric: str) -> Reducer | None:
+        """The reducer the request names for `metric`; None leaves it to the default
+        (rows/run_values.py `reducer_for`)."""
         if isinstance(self.combine, str):
             return self.combine
-        return self.combine.get(metric, "none")
+        return (self.combine or {}).get(metric)
 
 
 GpuUuid = Annotated[str, Field(pattern=f"^{GPU_UUID_PATTERN}$", max_length=80)]

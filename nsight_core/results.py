@@ -378,6 +378,45 @@ class StageReport(_Model):
     )
 
 
+class BestCandidate(_Model):
+    """A lineage's best trusted candidate, with its speedup as its own job measured it."""
+
+    annotation: str
+    source_sha256: str | None = Field(description="Of its file or inline source; null: module.")
+    speedup: float = Field(description="Against the reference: geometric mean over configs.")
+    ci95_lower: float
+    ci95_upper: float
+    result_id: str = Field(description="The job that measured it (retention may prune it).")
+    since: str = Field(description="When it became the best (ISO 8601, UTC).")
+
+
+class BestVerdict(_Model):
+    """Whether one candidate of this job beats the best so far, and why."""
+
+    annotation: str
+    beats_best: Literal["yes", "no", "unresolved", "first"] | None = Field(
+        description="yes/no/unresolved against the incumbent; 'first' when there was none "
+        "and it qualifies; null when it cannot take part (see why)."
+    )
+    speedup: float | None = Field(description="Against the reference, over configs.")
+    ci95_lower: float | None = None
+    ci95_upper: float | None = None
+    vs_best: float | None = Field(description="Its speed over the incumbent's (estimate).")
+    why: str
+
+
+class BestSoFar(_Model):
+    """Done jobs: the lineage's best so far, and whether each candidate beats it (docs/results.md)."""
+
+    lineage: str = Field(
+        description="Id of what makes jobs comparable: reference and its source, inputs, "
+        "configs, backend, time metric, GPU."
+    )
+    incumbent: BestCandidate | None = Field(description="The best before this job; null: none.")
+    verdicts: list[BestVerdict] = Field(default_factory=list)
+    new_best: str | None = Field(description="The candidate that became the best; null: same.")
+
+
 class ProfileResult(_Model):
     """Everything a profile job produced."""
 
@@ -404,6 +443,7 @@ class ProfileResult(_Model):
         description="With `stages`: each stage (screen, profile), its status and why; empty "
         "in a single-stage job.",
     )
+    best_so_far: BestSoFar | None = None  # documented by its model, for a compact tools/list
 
 
 # -- diagnosis: what bounds a candidate, and how far it is from the limit -------

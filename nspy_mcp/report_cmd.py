@@ -7,8 +7,9 @@ innermost NVTX range, or after its kernel when it ran outside any range. A range
 several different kernels gives one annotation per kernel ("range: kernel"), because runs
 of different kernels are not samples of one quantity.
 
-Without a request to say how to fold several kernels of one call, durations are summed
-(serial kernels' times add up) and any other metric needs one kernel per call.
+Without a request to say how to fold several kernels of one call, the rule of a request
+that leaves `kernels.combine` out holds: times and counts (a `.sum` roll-up) are summed and
+any other metric needs one kernel per call.
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ from nsight_core.collectors.extract import (
 )
 from nsight_core.errors import NsightCoreError
 from nsight_core.protocol import RunKey
-from nsight_core.request import KernelsSpec, Reducer
+from nsight_core.request import KernelsSpec
 from nsight_core.results import Diagnosis, Row
 from nsight_core.rows.aggregate import (
     RowContext,
     RunValues,
     aggregate_rows,
-    lower_is_better,
     reduce_runs,
 )
 from nsight_core.rows.diagnose import diagnose_run
@@ -55,13 +55,6 @@ _TABLE_COLUMNS = (
 )
 
 
-def _reducers(report: ExtractedReport) -> dict[str, Reducer]:
-    units: dict[str, str] = {}
-    for rec in report.records:
-        units.setdefault(rec.metric, rec.unit)
-    return {m: ("sum" if lower_is_better(m, units.get(m)) else "none") for m in report.metrics}
-
-
 def _own_run_values(report: ExtractedReport) -> RunValues:
     """Expected runs: every run index up to the highest seen per (annotation, config)."""
     highest: dict[tuple[str, int], int] = {}
@@ -69,8 +62,7 @@ def _own_run_values(report: ExtractedReport) -> RunValues:
         group = (key.annotation, key.config_id)
         highest[group] = max(highest.get(group, -1), key.run)
     expected = [RunKey(a, c, r) for (a, c), top in highest.items() for r in range(top + 1)]
-    spec = KernelsSpec(combine=_reducers(report))
-    return reduce_runs(report.records, expected, report.metrics, spec)
+    return reduce_runs(report.records, expected, report.metrics, KernelsSpec())
 
 
 def _foreign_label(action: ActionInfo) -> str | None:

@@ -133,25 +133,35 @@ def shallow_refs(schema: Schema, deep: Collection[str] | None) -> Schema:
 
     A replaced reference (`{"$ref": "#/$defs/Provenance"}` -> `{"type": "object"}`) accepts
     every instance the definition did, and more: answers still validate, but the parts below
-    it are checked by the server's own models only. It keeps the definition's description
-    where the reference had none, so the field still says what it holds. `deep=None` keeps
-    every definition.
+    it are checked by the server's own models only. It keeps the first paragraph of the
+    definition's description where neither the reference nor the field it is the items or a
+    branch of had one, so the field still says what it holds (the rest, about fields no
+    longer advertised, is in docs/). `deep=None` keeps every definition.
     """
     defs: dict[str, Schema] = schema.get("$defs", {})
     if deep is None or not defs:
         return schema
 
-    def walk(node: Schema) -> Schema:
+    def walk(node: Schema, described: bool = False) -> Schema:
         ref = node.get("$ref")
         name = ref.removeprefix(_LOCAL_DEF) if isinstance(ref, str) else None
         if name is not None and name in defs and name not in deep:
             target = defs[name]
             out = {k: v for k, v in node.items() if k != "$ref"}
             out["type"] = target.get("type", "object")
-            if "description" in target and "description" not in out:
-                out["description"] = target["description"]
+            note = target.get("description")
+            if isinstance(note, str) and "description" not in out and not described:
+                out["description"] = note.split("\n\n", 1)[0]
             return out
-        return _map_subschemas(node, walk)
+        out = _map_subschemas(node, walk)
+        if described or "description" in node:  # the field says what its items hold
+            for key in ("items", *_SUBSCHEMA_LISTS):
+                value = node.get(key)
+                if isinstance(value, dict):
+                    out[key] = walk(value, True)
+                elif isinstance(value, list):
+                    out[key] = [walk(v, True) if isinstance(v, dict) else v for v in value]
+        return out
 
     root = walk({k: v for k, v in schema.items() if k != "$defs"})
     kept = {k: walk(v) for k, v in defs.items() if k in deep}

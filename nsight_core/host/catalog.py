@@ -46,6 +46,7 @@ from nsight_core.host.metric_check import (
     MetricsValidation,
     check_metric,
     estimate_passes,
+    unsummed_note,
 )
 from nsight_core.host.ncu_install import DEFAULT_CHIP, parse_list_chips, table_chips
 from nsight_core.host.probe import cache_dir, probe_environment
@@ -301,6 +302,7 @@ def validate_metrics(
             notes.append(
                 f"offline check against the shipped {idx.chip} catalog of ncu {idx.ncu_version}"
             )
+    note = unsummed_note([c.name for c in checks if c.status == "valid"])
     return MetricsValidation(
         chip=chip_name,
         chip_source=chip_source,
@@ -309,7 +311,7 @@ def validate_metrics(
         metrics=checks,
         all_valid=bool(checks) and all(c.status == "valid" for c in checks),
         estimated_passes=estimate_passes(checks, idx),
-        notes=notes,
+        notes=[*notes, note] if note else notes,
     )
 
 

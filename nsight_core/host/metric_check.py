@@ -8,6 +8,7 @@ they need only a `CatalogIndex`, and the answer models are what `validate_metric
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -94,6 +95,65 @@ def _suffix_unit(unit: str, suffix: str) -> str:
     if last == "ratio":
         return "ratio"
     return unit
+
+
+MetricKind = Literal["total", "rate", "other"]
+
+_RATE_SUFFIX = re.compile(r"pct(_\w+)?|ratio|per_\w+|peak_\w+|max_rate")
+"""Last name parts of a rate or share: a percentage, ratio, per-second or per-cycle value, a
+peak."""
+
+MAX_NAMES_NOTED = 8
+"""A note lists this many metric names, then says how many more there are."""
+
+
+def metric_kind(name: str) -> MetricKind:
+    """How the kernels of one call fold for a metric, from its name: the one rule behind
+    `kernels.combine`'s default and the checks made before a job runs.
+
+    A ``total`` (ncu's ``.sum`` roll-up: a time or a count; cupti's kernel durations are
+    named the same way) adds up over a call's kernels, so summing them is sound. A ``rate``
+    does not: two kernels at 60 % of peak are not at 120 %. Anything else (an average, an
+    extreme, a name without a roll-up, an unknown name) is not known to add up; like a rate
+    it needs one kernel per call or a reducer named for it. Whole-call metrics (the events
+    backend's, cupti's span and latency) have one value per call, so no rule applies to them.
+    """
+    base, dot, last = name.rpartition(".")
+    if not dot or not base:
+        return "other"
+    if last == "sum":
+        return "total"
+    return "rate" if _RATE_SUFFIX.fullmatch(last) else "other"
+
+
+def unsummed_note(names: Sequence[str]) -> str | None:
+    """What a call that launches several kernels meets for ``names`` when no reducer is named
+    for them: None when every one is a total (summed by default)."""
+    kinds = {n: metric_kind(n) for n in names}
+    groups = (
+        ([n for n, k in kinds.items() if k == "rate"], "a rate or percentage", "rates or percentages"),
+        ([n for n, k in kinds.items() if k == "other"], "not a time or count total", "not time or count totals"),
+    )  # fmt: skip
+    parts = [
+        f"{_listed(picked)} is {one}" if len(picked) == 1 else f"{_listed(picked)} are {many}"
+        for picked, one, many in groups
+        if picked
+    ]
+    if not parts:
+        return None
+    single = sum(len(picked) for picked, _, _ in groups) == 1
+    return (
+        "; ".join(parts)
+        + ": a call that launches several kernels fails with kernel_count_mismatch unless "
+        + f"kernels.combine names a reducer for {'it' if single else 'each'} (max, min, mean, "
+        "first or last) or replay_mode is 'range'; times and counts (a .sum roll-up) are "
+        "summed by default"
+    )
+
+
+def _listed(names: Sequence[str]) -> str:
+    more = len(names) - MAX_NAMES_NOTED
+    return ", ".join(names[:MAX_NAMES_NOTED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _ordered_suffixes(suffixes: frozenset[str]) -> list[str]:

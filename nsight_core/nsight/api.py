@@ -95,7 +95,9 @@ Combine = str | Mapping[str, str] | Callable[[float, float], float] | None
 form) a binary callable folded over the kernels of a call for every metric."""
 
 
-def _reducers(combine: Combine) -> Reducer | dict[str, Reducer]:
+def _reducers(combine: Combine, metrics: Sequence[str]) -> Reducer | dict[str, Reducer]:
+    """The reducers of `combine_kernel_metrics`, every metric named: a metric it leaves out
+    keeps Nsight Python's rule, one kernel per call ('none'), not a request's default."""
     if combine is None or callable(combine):
         return "none"  # a callable travels apart, in JobSettings.combine_fn
     names = [combine] if isinstance(combine, str) else list(combine.values())
@@ -104,7 +106,7 @@ def _reducers(combine: Combine) -> Reducer | dict[str, Reducer]:
             raise ValueError(f"Invalid reducer {n!r}. Expected one of {', '.join(REDUCERS)}.")
     if isinstance(combine, str):
         return combine  # type: ignore[return-value]
-    return dict(combine)  # type: ignore[arg-type]
+    return {**dict.fromkeys(metrics, "none"), **combine}  # type: ignore[dict-item]
 
 
 def _check_derive(derive: Callable[..., Any], n_metrics: int, n_config: int) -> None:
@@ -244,7 +246,7 @@ def kernel(
             cache_control=cache_control,
             clock_control=clock_control,
             kernels=KernelsSpec(
-                combine=_reducers(combine_kernel_metrics),
+                combine=_reducers(combine_kernel_metrics, metric_list),
                 ignore=list(ignore_kernel_list or []),
                 replay_mode=replay_mode,
             ),

@@ -5,7 +5,8 @@ Two stages, each with a typed product:
 1. `reduce_runs` (`rows.run_values`): per (run, metric) one value. Kernels are grouped by
    their `RunKey` (identity from the NVTX range, never position), ignore globs drop helper
    kernels (and the dropped names are kept), counts are checked per run, and several
-   kernels of one call are folded by a named reducer chosen per metric.
+   kernels of one call are folded by a reducer chosen per metric (the request's, else `sum`
+   for a time or count and one kernel per call for anything else).
 2. `aggregate_rows`, `compare_to_reference`, `normalize_rows` (here): statistics over runs,
    grouped by (annotation, config_id, metric).
 
@@ -52,6 +53,10 @@ STABLE_RSD_PCT = 2.0
 its agent guide holds. It is a convention, not a derived bound; above it a row is 'noisy'."""
 
 _TIME_UNITS = frozenset({*NS_PER_UNIT, "cycle", "cycles"})
+
+DEFAULT_SUM = "kernels.combine's default for a time or count; name a reducer to change it"
+"""Why a row's value is the sum of each call's kernels: a note, not a verdict (Trust is
+unchanged), so a reader of the row knows one call was several kernels."""
 
 
 # --- stage 2: rows ----------------------------------------------------------------------
@@ -132,6 +137,9 @@ def _build_row(
     requested = ctx.requested_runs or len(cells)
     stats = summarize(valid)
     trust, reasons = _trust(stats, len(valid), requested, cells, ctx)
+    summed = max((c.summed for c in cells if c.value is not None), default=0)
+    if summed:
+        reasons.append(f"{summed} kernels per call, summed ({DEFAULT_SUM})")
     error_class, error = _failure_summary(cells)
     first_ok = next((c for c in cells if c.value is not None), None)
     seen = list(dict.fromkeys(k for c in cells for k in c.kernels))
@@ -304,7 +312,9 @@ def _ratio_cell(c: RunValue, b: RunValue | None, baseline: str) -> RunValue:
             b.error_class if b is not None else None,
             f"baseline {baseline} run {c.key.run} {why}",
         )
-    return RunValue(c.key, c.metric, c.value / b.value, "ratio", c.kernels, c.ignored)
+    return RunValue(
+        c.key, c.metric, c.value / b.value, "ratio", c.kernels, c.ignored, summed=c.summed
+    )
 
 
 def normalize_rows(

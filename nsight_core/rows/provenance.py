@@ -28,6 +28,7 @@ from nsight_core.results import (
     utc_now,
 )
 from nsight_core.rows.diagnose import JobDiagnosis
+from nsight_core.rows.run_values import combine_note
 from nsight_core.rows.runs import JobRun
 from nsight_core.settings import JobSettings
 
@@ -57,8 +58,18 @@ def provenance_of(run: JobRun, settings: JobSettings, gpu: str | None) -> Proven
         phase_seconds=dict(done.phase_seconds) if done else {},
         wall_seconds=round(run.wall_s, 3),
         contestant_confined=done.confined if done else None,
-        notes=[*(done.notes if done else []), *_host_notes(run)],
+        notes=[*_combine_notes(settings), *(done.notes if done else []), *_host_notes(run)],
     )
+
+
+def _combine_notes(settings: JobSettings) -> list[str]:
+    """The metrics a call that launches several kernels fails for, said whether or not one
+    did: per-kernel metrics the request names (a backend that takes any metric, in kernel
+    replay) that are no time or count total and have no reducer named for them."""
+    if not get_backend(settings.backend).any_metric or settings.replay_mode == "range":
+        return []
+    note = combine_note(settings.metrics, settings.kernels)
+    return [note] if note else []
 
 
 def _host_notes(run: JobRun) -> list[str]:

@@ -4,6 +4,12 @@ Kernels are grouped by their `RunKey` (identity from the NVTX range, never posit
 globs drop helper kernels (and the dropped names are kept), counts are checked per run, and
 several kernels of one call are folded by a named reducer chosen per metric. A failed run
 keeps its cell with the error instead of a value, so stage 2 (`aggregate`) can name it.
+
+Where the request names no reducer for a metric, a call's kernels are summed when the
+metric is a time or a count (`metric_kind` says which), since a call that launches several
+kernels is one call to its caller; any other metric keeps needing one kernel per call,
+because a sum of rates or averages is no rate. `refuse_summed_rates` and `combine_note`
+apply the same rule before a job runs.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nsight_core.collectors.extract import KernelRecord
-from nsight_core.errors import ErrorClass
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.metric_check import metric_kind, unsummed_note
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec, Reducer
 from nsight_core.results import Failure
@@ -39,6 +46,9 @@ class RunValue:
     """Kernel names the ignore globs dropped from this run."""
     error_class: ErrorClass | None = None
     error: str | None = None
+    summed: int = 0
+    """How many kernels the default reducer (`sum`, for a time or count the request named
+    no reducer for) folded into this value, when more than one; else 0."""
 
     @property
     def kernel(self) -> str | None:
@@ -165,8 +175,62 @@ def _group_failure(annotation: str, config_id: int, runs: list[_Run]) -> Failure
     return None
 
 
+def reducer_for(kernels: KernelsSpec, metric: str) -> Reducer:
+    """The reducer the request names for `metric`, else the default: `sum` for a time or a
+    count (a `.sum` roll-up), `none` (one kernel per call) for anything else."""
+    named = kernels.named(metric)
+    if named is not None:
+        return named
+    return "sum" if metric_kind(metric) == "total" else "none"
+
+
+def refuse_summed_rates(metrics: Sequence[str], kernels: KernelsSpec) -> None:
+    """Refuse `sum` named for a rate (a percentage, ratio, per-second or per-cycle value),
+    before anything runs: several kernels' rates do not add up, so the rows could only be
+    wrong. Averages and unknown names stay the caller's call."""
+    rates = [m for m in metrics if kernels.named(m) == "sum" and metric_kind(m) == "rate"]
+    if not rates:
+        return
+    them = "it is a rate" if len(rates) == 1 else "they are rates"
+    raise NsightCoreError(
+        ErrorClass.INVALID_REQUEST,
+        f"kernels.combine sums {', '.join(rates)}, but {them}: the sum of several kernels' "
+        "percentages or rates is no percentage or rate",
+        "leave kernels.combine out, which sums times and counts and keeps one kernel per call "
+        f"for the rest, or name a reducer per metric, e.g. {{'gpu__time_duration.sum': 'sum', "
+        f"{rates[0]!r}: 'max'}}; max, min, mean, first or last fit a rate",
+    )
+
+
+def combine_note(metrics: Sequence[str], kernels: KernelsSpec) -> str | None:
+    """What a call that launches several kernels would meet: the metrics the request names
+    no reducer for that are not summed by default (`unsummed_note`); None when there are none."""
+    return unsummed_note([m for m in metrics if kernels.named(m) is None])
+
+
+def _too_many_kernels(run: _Run, metric: str, count: int, *, named: bool) -> str:
+    what = (
+        f"{run.key.annotation} config {run.key.config_id} run {run.key.run} launched "
+        f"{count} kernels [{', '.join(run.kernels)}]"
+    )
+    if named:
+        return (
+            f"{what} but combine is 'none' for {metric}; set kernels.combine (e.g. 'sum' for "
+            "times), ignore helper kernels, or use replay_mode 'range'"
+        )
+    kind = "a rate" if metric_kind(metric) == "rate" else "not a time or count total"
+    return (
+        f"{what}, and {metric} is {kind}, so they are not summed by default; name a reducer "
+        f"for it in kernels.combine (e.g. {{{metric!r}: 'max'}}; max, min, mean, first or "
+        "last), ignore helper kernels, or use replay_mode 'range'"
+    )
+
+
 def _run_value(
-    run: _Run, metric: str, reducer: Reducer | Callable[[float, float], float]
+    run: _Run,
+    metric: str,
+    kernels: KernelsSpec,
+    combine_fn: Callable[[float, float], float] | None,
 ) -> RunValue:
     base = RunValue(run.key, metric, None, "", run.kernels, run.ignored)
     if run.failure is not None:
@@ -174,14 +238,13 @@ def _run_value(
     recs = [r for r in run.kept if r.metric == metric]
     unit = next((r.unit for r in recs if r.unit), "")
     base = RunValue(run.key, metric, None, unit, run.kernels, run.ignored)
-    if not callable(reducer) and reducer == "none" and len(recs) > 1:
+    named = combine_fn is not None or kernels.named(metric) is not None
+    reducer = combine_fn or reducer_for(kernels, metric)
+    if reducer == "none" and len(recs) > 1:
         return _with_error(
             base,
             ErrorClass.KERNEL_COUNT_MISMATCH,
-            f"{run.key.annotation} config {run.key.config_id} run {run.key.run} launched "
-            f"{len(recs)} kernels [{', '.join(run.kernels)}] but combine is 'none' for {metric}; "
-            "set kernels.combine (e.g. 'sum' for times), ignore helper kernels, "
-            "or use replay_mode 'range'",
+            _too_many_kernels(run, metric, len(recs), named=named),
         )
     missing = [r.kernel for r in recs if r.value is None or not math.isfinite(r.value)]
     if missing or not recs:
@@ -203,7 +266,10 @@ def _run_value(
                 f"{type(exc).__name__}: {exc}",
             )
         return RunValue(run.key, metric, folded, unit, run.kernels, run.ignored)
-    return RunValue(run.key, metric, _reduce(reducer, values), unit, run.kernels, run.ignored)
+    summed = len(values) if not named and len(values) > 1 else 0
+    return RunValue(
+        run.key, metric, _reduce(reducer, values), unit, run.kernels, run.ignored, summed=summed
+    )
 
 
 def _with_error(v: RunValue, error_class: ErrorClass, message: str) -> RunValue:
@@ -246,9 +312,7 @@ def reduce_runs(
             run.failure = run.failure or failure
 
     values = {
-        (k, m): _run_value(runs[k], m, combine_fn or kernels.reducer_for(m))
-        for k in expected
-        for m in metrics
+        (k, m): _run_value(runs[k], m, kernels, combine_fn) for k in expected for m in metrics
     }
     for v in values.values():
         if v.error_class is not None and not any(f.Error == v.error for f in (*failures, *found)):

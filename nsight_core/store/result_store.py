@@ -19,6 +19,8 @@ Contract:
   finished. When a store opens, a queued or running result whose lock it can take was cut off
   by a crash: it is marked failed (``crashed``) with a reason. A job of another live server
   on the same root keeps its lock and is left alone.
+- A done job is judged against its lineage's best so far, kept in ``best/`` (store.best):
+  the result's ``best_so_far``; its sources are hashed when it is queued (store.lineage).
 - Retention (`Retention`): after each finished job, and at open, the oldest finished results
   beyond ``max_results`` or older than ``max_age_days`` are deleted. Queued and running
   results are never pruned.
@@ -52,6 +54,7 @@ from nsight_core.plan.config import MAX_AGE_DAYS_ENV, MAX_RESULTS_ENV, EngineCon
 from nsight_core.protocol import JOB_ARTIFACTS
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
+from nsight_core.store.best import with_best_so_far
 from nsight_core.store.files import (
     INDEX_FILE,
     LOCK_FILE,
@@ -66,6 +69,7 @@ from nsight_core.store.files import (
     warm_result_validator,
     write_atomic,
 )
+from nsight_core.store.lineage import Sources, sources_of
 from nsight_core.store.listing import (
     ResultFilter,
     ResultPage,
@@ -180,6 +184,7 @@ class ResultStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._index = self.root / INDEX_FILE
         self._locks: dict[str, int] = {}
+        self._sources: dict[str, Sources] = {}  # hashed when queued, judged when done
         self._open_index()
         self.recovered: list[str] = self.recover_interrupted()
         self.prune()
@@ -210,6 +215,7 @@ class ResultStore:
         rdir = self.root / result_id
         rdir.mkdir()
         self._take_owner_lock(result_id)
+        self._sources[result_id] = sources_of(request)
         placeholder = ProfileResult(
             result_id=result_id,
             status="queued",
@@ -244,6 +250,7 @@ class ResultStore:
                 "artifacts": self._artifacts(result_id, result.artifacts),
             }
         )
+        final = with_best_so_far(self.root, request, final, self._sources.pop(result_id, None))
         self._write_files(final, request)
         self._upsert(final, request, _parse_ts(created_at))
         self._release_owner_lock(result_id)

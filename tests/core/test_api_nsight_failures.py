@@ -19,6 +19,7 @@ from nsight_core.errors import ErrorClass
 from nsight_core.exceptions import KernelCountError, NCUNotAvailableError, ProfilerException
 from nsight_core.host.ncu_install import discover_ncu
 from nsight_core.nsight import tools
+from nsight_core.nsight.api import _reducers
 from nsight_core.nsight.nsight_errors import kernel_count_error
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec
@@ -27,12 +28,14 @@ from nsight_core.rows.run_values import RunValues, reduce_runs
 pytestmark = pytest.mark.usefixtures("own_tempdir")
 
 T = "gpu__time_duration.sum"
+PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 
 
 def reduced(
     launches: dict[tuple[int, int], Sequence[str]], kernels: KernelsSpec | None = None
 ) -> RunValues:
-    """Per-run values of annotation 'a' whose (config, run) launched the kernels named."""
+    """Per-run values of annotation 'a' whose (config, run) launched the kernels named;
+    without ``kernels``, folded as the `@kernel` API folds without combine_kernel_metrics."""
     records, keys = [], []
     for seq, ((config, run), names) in enumerate(sorted(launches.items())):
         key = RunKey("a", config, run)
@@ -40,7 +43,7 @@ def reduced(
         records += [
             KernelRecord(key, k, k, T, 1000.0, "ns", 10 * seq + i) for i, k in enumerate(names)
         ]
-    return reduce_runs(records, keys, [T], kernels or KernelsSpec())
+    return reduce_runs(records, keys, [T], kernels or KernelsSpec(combine=_reducers(None, [T])))
 
 
 def test_several_kernels_per_run_without_a_combiner_is_nsights_runtime_error() -> None:
@@ -52,6 +55,21 @@ def test_several_kernels_per_run_without_a_combiner_is_nsights_runtime_error() -
     assert re.search("More than one.*kernel.*launched within the a annotation", str(err))
     assert "['add', 'mul']" in str(err) and "combine_kernel_metrics" in err.hint
     assert "replay_mode='range'" in err.hint and "ignore_kernel_list" in err.hint
+
+
+def test_the_kernel_api_keeps_nsights_one_kernel_rule_where_a_request_would_sum() -> None:
+    """A request that leaves kernels.combine out sums a call's kernel times; the `@kernel`
+    API names 'none' for every metric its combine_kernel_metrics leaves out, so Nsight
+    Python's contract (several kernels need a combiner) holds there."""
+    launches: dict[tuple[int, int], Sequence[str]] = {
+        (0, 0): ["add", "mul"],
+        (0, 1): ["add", "mul"],
+    }
+    assert kernel_count_error(reduced(launches, KernelsSpec())) is None
+    assert _reducers({T: "sum"}, [T, PCT]) == {T: "sum", PCT: "none"}
+    assert _reducers(lambda x, y: x + y, [T]) == "none"  # the callable travels apart
+    err = kernel_count_error(reduced(launches))
+    assert err is not None and err.error_class is ErrorClass.KERNEL_COUNT_MISMATCH
 
 
 def test_counts_that_differ_without_a_combiner_name_every_runs_count() -> None:

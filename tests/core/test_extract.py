@@ -132,18 +132,34 @@ def test_failed_and_empty_runs_are_reported_not_shifted(manifest: dict[str, Any]
     assert rows[("ok.py:add", 0)].ErrorClass is None
 
 
+@pytest.mark.parametrize("combine", ["sum", None], ids=["sum", "default"])
 def test_varying_kernel_count_is_a_mismatch_only_where_it_varies(
-    manifest: dict[str, Any],
+    manifest: dict[str, Any], combine: str | None
 ) -> None:
     entry, rep = load(manifest, "count_varies")
-    rv = reduce_runs(
-        rep.records, expected_keys(entry), entry["metrics"], KernelsSpec(combine="sum")
-    )
+    spec = KernelsSpec(combine=combine)
+    rv = reduce_runs(rep.records, expected_keys(entry), entry["metrics"], spec)
     rows = {r.ConfigId: r for r in aggregate_rows(rv)}
     assert rows[0].ErrorClass is ErrorClass.KERNEL_COUNT_MISMATCH
     assert rows[1].ErrorClass is None and rows[1].NumRuns == 3
     [failure] = rv.failures
     assert "scale_kernel" in failure.Error
+
+
+def test_a_recorded_two_kernel_call_is_summed_by_default_and_the_row_says_so(
+    manifest: dict[str, Any],
+) -> None:
+    entry, rep = load(manifest, "two_kernels")
+    rv = reduce_runs(rep.records, expected_keys(entry), entry["metrics"], KernelsSpec())
+    [row] = aggregate_rows(rv)
+    per_run: dict[int, float] = {}
+    for rec in rep.records:
+        assert rec.value is not None
+        per_run[rec.key.run] = per_run.get(rec.key.run, 0.0) + rec.value
+    assert row.RawValues == pytest.approx([per_run[run] for run in sorted(per_run)])
+    assert row.ErrorClass is None and row.NumRuns == len(per_run)
+    assert row.Kernel == "add_kernel|scale_kernel"
+    assert any(r.startswith("2 kernels per call, summed") for r in row.Reasons)
 
 
 def test_recorded_reference_and_candidate_compare_per_config(manifest: dict[str, Any]) -> None:
