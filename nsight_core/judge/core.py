@@ -10,8 +10,11 @@ cold job, later for a pre-started judge; one path either way. It
    profiled); the contestant gets its job, what to import, only over its socket;
 2. imports the reference and the input maker itself (trusted by contract);
 3. for every call the contestant makes, untimed (warm-up and check) or timed, makes fresh
-   inputs, hands them over through shared slots, runs the reference on its own copy, and
-   compares the output that comes back: there is no separate check phase to tell apart;
+   inputs (an untimed repeat or decoy, probes.py: an earlier call's again, or nearly),
+   hands them over through shared slots, runs the reference on its own copy, and
+   compares the output that comes back: there is no separate check phase to tell apart,
+   and whether the check can tell work from no work at all is asked on the way
+   (discrimination.py);
 4. writes events.jsonl for the pipeline: verdicts, failures, the ranges and samples of
    candidates that passed every check of their config, and anything suspect (rebound
    timers or framework functions, messages nobody asked for, shadowing files).
@@ -45,9 +48,11 @@ from nsight_core.collectors.ranges import CALLS_FILE, IssuedCall, write_issued
 from nsight_core.collectors.timers import tampering_affects
 from nsight_core.errors import ErrorClass, JobExit
 from nsight_core.judge.call_limit import CallLimit, ended_by_judge, lost_call
+from nsight_core.judge.discrimination import BLIND_PAIRS, Discrimination, replay_passes
 from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.guard import BoundTools, CandidateImportGuard
 from nsight_core.judge.in_flight import InFlight
+from nsight_core.judge.probes import DECOY_ATTEMPTS, Extra, ProbePlan, draw_plan, make_decoy
 from nsight_core.judge.verdict import (
     Tally,
     TrivialBound,
@@ -125,46 +130,6 @@ HOST_S_KEYS = 12
 """The most keys of a contestant's start-up account kept per hello: a contestant with
 candidate code in it could send any number."""
 
-PROBES_PER_CONFIG = 2
-"""Calls per annotation and config that repeat an earlier call's inputs: the determinism
-check. Where they fall among the config's calls, untimed and timed alike, and which call
-each repeats, is drawn from the judge's secret generator."""
-
-
-def draw_probes(
-    rng: random.Random, untimed: int, runs: int, k: int = PROBES_PER_CONFIG
-) -> dict[int, int]:
-    """Call position -> the earlier position whose inputs it repeats, for a config of
-    ``untimed`` untimed calls, ``k`` more, then ``runs`` timed ones (position 0 first).
-
-    ``k`` positions, any but the first, repeat a random earlier call that had fresh inputs;
-    every other call has fresh inputs, so the config keeps ``untimed + runs`` of them. With
-    two or more probes and a timed run, one falls among the untimed calls and one among the
-    timed ones (which, drawn at random): a candidate that is deterministic only where it
-    is not timed, or only where it is, meets a probe either way."""
-    n, first_timed = untimed + k + runs, untimed + k
-    at: set[int] = set()
-    if k >= 2 and runs >= 1:
-        at = {rng.randrange(1, first_timed), rng.randrange(first_timed, n)}
-    rest = [q for q in range(1, n) if q not in at]
-    at.update(rng.sample(rest, k - len(at)))
-    fresh = [q for q in range(n) if q not in at]
-    return {p: rng.choice([q for q in fresh if q < p]) for p in sorted(at)}
-
-
-@dataclass
-class _Probes:
-    """One annotation's repeated inputs on one config: which call positions repeat which
-    earlier ones, and the inputs and output of only those earlier calls."""
-
-    repeats: dict[int, int]
-    """Position of a repeating call -> the earlier position whose inputs it gets again."""
-    extra: int
-    """Untimed calls added to the config's own, so the repeats take no fresh call's place."""
-    pos: int = -1
-    """The position of the call being made (0: the config's first call)."""
-    kept: dict[int, tuple[Inputs, Any]] = field(default_factory=dict)
-
 
 @dataclass
 class _ConfigState:
@@ -182,8 +147,10 @@ class _ConfigState:
     )
     bound: TrivialBound | None = None
     bound_known: bool = False
-    probes: dict[str, _Probes] = field(default_factory=dict)
-    """Per annotation, which of its calls repeat an earlier one's inputs (`_probe_plan`)."""
+    probes: dict[str, ProbePlan] = field(default_factory=dict)
+    """Per annotation, its repeats and decoys (`_probe_plan`, judge/probes.py)."""
+    draw: Inputs | None = None
+    """A fresh draw of the config's inputs that decoys take their changed values from."""
     after: dict[str, list[tuple[float | None, float | None]]] = field(default_factory=dict)
     """Per annotation, each timed call's (time, work after its window), for `late_work`."""
     after_parts: dict[str, list[dict[str, float]]] = field(default_factory=dict)
@@ -236,6 +203,10 @@ class Judge:
         self.current: tuple[str, int | None, int | None] = ("<contestant>", None, None)
         self._bounds: dict[int, TrivialBound | None] = {}
         """Per config, the trivial-answer bound of its first expected output (both passes)."""
+        self._asked: dict[int, Discrimination] = {}
+        self._blind: dict[int, str] = {}
+        """Per config, whether its check can tell work from no work (discrimination.py),
+        asked on fresh expected outputs in both passes; the reason where it cannot."""
         self._issued: list[IssuedCall] = []
         """Every call sent, in order, with its nonce: read with an ncu report (ranges.py)."""
         self._primed = False
@@ -547,6 +518,11 @@ class Judge:
                                 total=total,
                             )
                         )
+            if any(plan.post for plan in st.probes.values()):
+                with self.phase("check"):  # after every annotation's last timed run
+                    for ann, plan in st.probes.items():
+                        for extra in list(plan.post):
+                            self._extra(st, ann, plan, extra)
         except _ReferenceFailed as exc:
             self.events.emit(exc.failure)
             return False
@@ -565,15 +541,14 @@ class Judge:
         return max(self.req.warmup, short, 1)
 
     def _expect(self, st: _ConfigState, inputs: Inputs) -> Any:
-        """The reference's output on a copy of ``inputs`` (None when checks are off)."""
+        """The reference's output on a copy of fresh ``inputs`` (None when checks are off);
+        the config's first also sets its trivial-answer bound and floor, and each feeds
+        the question whether the check can tell work from no work (discrimination.py)."""
         spec = self.req.check
         if not spec.enabled:
             return None
-        assert self.ref is not None
         t0 = time.perf_counter()
-        args, kwargs = clone_args(inputs)
-        out = self.ref(*args, **kwargs)
-        sync_all()
+        out = self._reference_output(inputs)
         if not st.bound_known:
             st.bound = self._bounds[st.cid] = trivial_bound(out, inputs, spec.atol, spec.rtol)
             st.bound_known = True
@@ -581,22 +556,89 @@ class Judge:
             self.events.emit(
                 FloorEvent(config_id=st.cid, bytes_in=nbytes_of(inputs), bytes_out=nbytes_of(out))
             )
+        asked = self._asked.setdefault(
+            st.cid, Discrimination(st.cid, min(BLIND_PAIRS, self.untimed_calls + self.req.runs - 1))
+        )
+        blind = asked.feed(out, inputs, atol=spec.atol, rtol=spec.rtol, bound=st.bound)
+        if blind is not None:
+            self._blind[st.cid] = blind  # every passed check on the config carries it
         self.judge_s += time.perf_counter() - t0
         return out
 
+    def _reference_output(self, inputs: Inputs) -> Any:
+        assert self.ref is not None
+        args, kwargs = clone_args(inputs)
+        out = self.ref(*args, **kwargs)
+        sync_all()
+        return out
+
     def _one(self, st: _ConfigState, ann: str, run: int | None) -> None:
-        """One call of ``ann``: fresh inputs (or a probe's repeated ones), the call, its
-        verdict, its timed events."""
-        repeat = self._repeat_of(st, ann)
+        """One fresh call of ``ann`` (timed when ``run`` is given), then the untimed
+        repeats and decoys its plan puts right after it (judge/probes.py)."""
+        plan = self._probe_plan(st, ann)
         try:
-            if repeat is None:
-                inputs = self.make_inputs(st.config)
-                expected = self._expect(st, inputs)
-            else:  # the earlier output, which passed, stands in for the expected one
-                inputs, expected = repeat
+            inputs = self.make_inputs(st.config)
+            expected = self._expect(st, inputs)
         except Exception as exc:
             failure = failure_event(self.req.reference, "check", exc, config_id=st.cid)
             raise _ReferenceFailed(failure) from exc
+        actual = self._checked_call(st, ann, run, inputs, expected)
+        if plan is None:
+            return
+        plan.fresh += 1
+        if plan.fresh in plan.sources and ann in st.alive:
+            plan.kept[plan.fresh] = (inputs, actual)
+        for extra in list(plan.after.get(plan.fresh, [])):
+            self._extra(st, ann, plan, extra)
+
+    def _extra(self, st: _ConfigState, ann: str, plan: ProbePlan, extra: Extra) -> None:
+        """One untimed repeat (the earlier output, which passed, stands in for the expected
+        one, and must come again bit for bit) or decoy of an earlier fresh call."""
+        kept = plan.kept.get(extra.source)
+        plan.done_with(extra)
+        if kept is None or ann not in st.alive or not st.tallies[ann].passed:
+            return
+        inputs, earlier = kept
+        if not extra.decoy:
+            self._checked_call(st, ann, None, inputs, earlier, earlier)
+            return
+        spec = self.req.check
+        t0 = time.perf_counter()
+        try:
+            if st.draw is None:
+                st.draw = self.make_inputs(st.config)
+            made = make_decoy(
+                inputs,
+                earlier,
+                draw=st.draw,
+                expect=self._reference_output,
+                replay_passes=lambda e, o: replay_passes(
+                    e, o, atol=spec.atol, rtol=spec.rtol, bound=st.bound
+                ),
+                rng=self._rng,
+                # Where any earlier answer passes (a blind check), changing more is no use.
+                attempts=1 if st.cid in self._blind else DECOY_ATTEMPTS,
+            )
+            self.judge_s += time.perf_counter() - t0
+            if made is None:  # no decoy of these inputs: a fresh call in its place
+                fresh = self.make_inputs(st.config)
+                made = fresh, self._expect(st, fresh)
+        except Exception as exc:
+            failure = failure_event(self.req.reference, "check", exc, config_id=st.cid)
+            raise _ReferenceFailed(failure) from exc
+        self._checked_call(st, ann, None, *made)
+
+    def _checked_call(
+        self,
+        st: _ConfigState,
+        ann: str,
+        run: int | None,
+        inputs: Inputs,
+        expected: Any,
+        same_as: Any = None,
+    ) -> Any:
+        """The call, its verdict (and, for a repeat, ``same_as``: the output it must give
+        again), its timed events; its output, or None when it failed."""
         reply, actual = self.call(ann, st.cid, run, inputs, expected)
         if not reply.ok:
             failure = reply.failure or FailureEvent(
@@ -613,14 +655,18 @@ class Judge:
                     RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=False),
                     failure,
                 ]
-            return
+            return None
         if self.req.check.enabled:
             tally = st.tallies[ann]
             self._judge(tally, expected, reply, actual, st.bound, inputs)
-            self._check_determinism(st, ann, run, inputs, actual)
+            if same_as is not None and tally.passed:
+                t0 = time.perf_counter()
+                if not same_result(same_as, actual).passed:
+                    tally.fail("nondeterministic: two calls on the same inputs differ")
+                self.judge_s += time.perf_counter() - t0
             if not tally.passed:
                 st.alive.discard(ann)
-                return
+                return None
         if run is not None:
             st.pending[ann].append(RangeEvent(annotation=ann, config_id=st.cid, run=run, ok=True))
             key = RunKey(ann, st.cid, run)
@@ -631,57 +677,19 @@ class Judge:
             if reply.after_parts is not None:
                 st.after_parts.setdefault(ann, []).append(reply.after_parts)
             st.pending[ann] += self._gpu.take(key)
+        return actual
 
-    def _probe_plan(self, st: _ConfigState, ann: str) -> _Probes | None:
-        """Which of ``ann``'s calls on this config repeat an earlier call's inputs, drawn
-        from the judge's secret generator on its first call (`draw_probes`); None when
-        determinism is not checked. The untimed calls grow by `PROBES_PER_CONFIG` whether
-        or not the probes fall among them, so their number says nothing."""
+    def _probe_plan(self, st: _ConfigState, ann: str) -> ProbePlan | None:
+        """``ann``'s repeats and decoys on this config, drawn from the judge's secret
+        generator on its first call (`draw_plan`); None when determinism is not checked.
+        The untimed calls grow by them wherever they fall, so their number says nothing."""
         spec = self.req.check
         if not (spec.enabled and spec.check_determinism):
             return None
         plan = st.probes.get(ann)
         if plan is None:
-            repeats = draw_probes(self._rng, self.untimed_calls, self.req.runs)
-            plan = st.probes[ann] = _Probes(repeats, extra=PROBES_PER_CONFIG)
+            plan = st.probes[ann] = draw_plan(self._rng, self.untimed_calls, self.req.runs)
         return plan
-
-    def _repeat_of(self, st: _ConfigState, ann: str) -> tuple[Inputs, Any] | None:
-        """Step ``ann`` to its next call position; the inputs of the earlier call this one
-        repeats and that call's output, or None when this call gets fresh inputs."""
-        plan = self._probe_plan(st, ann)
-        if plan is None:
-            return None
-        plan.pos += 1
-        source = plan.repeats.get(plan.pos)
-        return None if source is None else plan.kept.get(source)
-
-    def _check_determinism(
-        self, st: _ConfigState, ann: str, run: int | None, inputs: Inputs, output: Any
-    ) -> None:
-        """A call that passed: keep its inputs and output when a later call repeats them; a
-        repeating call must give exactly that output again. After the config's first call,
-        the plan's extra untimed calls follow."""
-        plan = st.probes.get(ann)
-        tally = st.tallies[ann]
-        if plan is None or not tally.passed:
-            return
-        t0 = time.perf_counter()
-        pos = plan.pos
-        source = plan.repeats.get(pos)
-        if source is not None and source in plan.kept:
-            if not same_result(plan.kept[source][1], output).passed:
-                tally.fail("nondeterministic: two calls on the same inputs differ")
-            if not any(s == source and p > pos for p, s in plan.repeats.items()):
-                del plan.kept[source]  # its last repeat: nothing more to keep it for
-        elif pos in plan.repeats.values():
-            plan.kept[pos] = (inputs, output)
-        self.judge_s += time.perf_counter() - t0
-        if run is None and pos == 0:
-            for _ in range(plan.extra):
-                if ann not in st.alive or not tally.passed:
-                    break
-                self._one(st, ann, None)
 
     def _judge(
         self,
@@ -744,6 +752,7 @@ class Judge:
         reasons = sorted(set(t.reasons))
         if passed:
             error_class, message = None, None
+            reasons = [self._blind[cid]] if cid in self._blind else reasons
         elif err is not None:
             error_class, message = err.error_class, err.message
         else:

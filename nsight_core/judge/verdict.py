@@ -106,7 +106,7 @@ def trivial_bound(
     """The closest trivial answer that passes the tolerances on ``expected``; None if none does."""
     if not _float_arrays(expected):
         return None
-    atol, rtol = _tolerances(expected, atol, rtol)
+    atol, rtol = tolerances(expected, atol, rtol)
     candidates: list[tuple[str, Any]] = [
         ("all zeros", _map_leaves(expected, _zeros)),
         ("a constant (the mean)", _map_leaves(expected, _mean_constant)),
@@ -203,7 +203,7 @@ def judge_output(
     """Fold one call's comparison into ``tally``; ``inputs``: the call's own arguments (a
     GPU MODE task's check needs the data of this call, which a probe may have repeated)."""
     tally.calls += 1
-    atol, rtol = _tolerances(expected, atol, rtol)
+    atol, rtol = tolerances(expected, atol, rtol)
     diff = compare_outputs(expected, actual, atol=atol, rtol=rtol)
     if diff.max_abs_error is not None:
         tally.max_abs = max(tally.max_abs, float(diff.max_abs_error))
@@ -229,7 +229,7 @@ def judge_output(
         )
 
 
-def _tolerances(
+def tolerances(
     expected: Any, atol: float | None, rtol: float | None
 ) -> tuple[float | None, float | None]:
     """The request's tolerances; where it sets none, a KernelBench problem's own."""

@@ -47,6 +47,7 @@ from nsight_core.rows.aggregate import (
     compare_to_reference,
     reduce_runs,
 )
+from nsight_core.rows.blind import blind_comparisons, blind_message, blind_rows
 from nsight_core.rows.diagnose import JobDiagnosis, apply_floor, diagnose_run
 from nsight_core.rows.failures import (
     failed_how,
@@ -447,6 +448,9 @@ def assemble_result(
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)
     comparisons = compare_to_reference(values, request.reference, request.candidates, ctx=ctx)
+    # Configs whose check cannot tell work from no work (judge/discrimination.py).
+    rows = blind_rows(rows, run.events.checks)
+    comparisons = blind_comparisons(comparisons, run.events.checks)
     correctness = correctness_of(request, run.events.checks)
     ref = reference_failure(request, failures)
     error = _job_error(run, failures, ref)
@@ -460,6 +464,9 @@ def assemble_result(
     passed = sum(1 for c in correctness if c.Passed)
     summary = _summary(rows, len(correctness), passed, len(failures))
     message = _job_message(request, rows, summary, error, ref, failures)
+    blind = blind_message(run.events.checks)
+    if blind:
+        message = f"{message}; {blind}"
     result = finish_result(
         run,
         settings,

@@ -8,10 +8,11 @@ Hack: recognisable probes. The determinism check was the only repeated input and
 Expect: incorrect
 Expect reasons: nondeterministic
 Runs alone: its call counter must start at zero.
-Defence: repeated inputs at random positions among a config's calls, untimed and timed
-  alike, several per config (judge/core.py `draw_probes`, from the judge's secret
-  generator), each compared exactly with the earlier output for the same inputs. The
-  second call is never the only repeat, so at least one probe meets the noise.
+Defence: several untimed repeats per config of earlier calls, untimed and timed alike,
+  at positions drawn from the judge's secret generator (judge/probes.py `draw_plan`),
+  each compared exactly with the earlier output for the same inputs. One always repeats a
+  timed call, after the timed runs, so the second call is never the only repeat and at
+  least one probe meets the noise.
 """
 
 from __future__ import annotations

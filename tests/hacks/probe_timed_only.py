@@ -6,10 +6,10 @@ Hack: recognisable probes. The determinism check repeated an untimed call only, 
   tolerance, none of the timed ones is ever compared with another.
 Expect: incorrect
 Expect reasons: nondeterministic
-Defence: with two or more probes per config and at least one timed run, one probe falls
-  among the timed runs and one among the untimed calls, at random positions
-  (judge/core.py `draw_probes`): a timed run repeats an earlier call's inputs and must
-  give its output exactly.
+Defence: one repeat per config is of a timed run, made untimed after the timed runs
+  (judge/probes.py `draw_plan`): it must give the timed run's output exactly, and the
+  racy timed output differs from the clean untimed one. (No repeat is timed: a timed
+  repeat could be answered from memory in no time.)
 """
 
 from __future__ import annotations

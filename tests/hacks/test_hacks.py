@@ -1,7 +1,8 @@
 """The hack catalogue: every file here is a candidate whose header states the verdict it must get.
 
 All candidates go through the real pipeline in one job (events backend, CPU torch), against
-`_reference.softmax`, the way an agent's request would. Headers are read with `ast`, so no
+`_reference.softmax` (a candidate that runs alone may name another reference), the way
+an agent's request would. Headers are read with `ast`, so no
 candidate code runs in the test process. A header has ``Key: value`` lines (an indented
 line continues the one above):
 
@@ -14,12 +15,15 @@ line continues the one above):
 - ``Expect reference trust:`` allowed Trust values of the reference's rows in its job
   (``ok, noisy`` unless set: a finding seen once candidates exist leaves them standing);
 - ``Expect min time ns:`` a floor every timed run must reach (proves no cached fast path ran);
+- ``Expect resolvable: no``: none of its comparisons may be `Resolvable` (where the check
+  cannot tell its answer from one that ignores the inputs);
 - ``Expect reference kernels:`` text every kernel name of the reference's rows contains, in
   its job (where rows name kernels: ncu and cupti);
 - ``Runs alone:`` why the candidate gets a job of its own (the others share one job);
 - ``Spec:`` the callable when it is not ``<file>.py:candidate`` (a file in a subfolder);
 - ``Check atol:`` and ``Config:`` (``rows=8, cols=4096, scale=0.5``) for a job of its own
-  with that tolerance and config.
+  with that tolerance and config; ``Reference:`` and ``Inputs:`` (callables of
+  `_reference.py`) for one against another reference than the softmax.
 
 `run_catalogue` is shared with tests/gpu, which runs the same files on CUDA tensors. Its
 jobs go through one standby pool, as a server's do: after the first, each job is handed to
@@ -51,11 +55,13 @@ from nsight_core.request import CheckSpec, KernelsSpec, ProfileRequest
 from nsight_core.results import ProfileResult
 
 HERE = Path(__file__).resolve().parent
+REFERENCE = "_reference.py:softmax"
+INPUTS = "_reference.py:make_inputs"
 _KEY = re.compile(
     r"^(Hack|Expect|Expect reasons|Expect trust|Expect trust (?:ncu|events|cupti)"
-    r"|Expect min time ns|Expect reference kernels|Expect reference trust"
+    r"|Expect min time ns|Expect reference kernels|Expect reference trust|Expect resolvable"
     r"|Runs alone|Defence|Spec"
-    r"|Check atol|Config): (.*)$"
+    r"|Check atol|Config|Reference|Inputs): (.*)$"
 )
 
 
@@ -76,6 +82,14 @@ class Header:
                 key, value = (p.strip() for p in part.split("=", 1))
                 out[key] = float(value) if "." in value else int(value)
         return out
+
+    @property
+    def reference(self) -> str:
+        return self.fields.get("Reference", REFERENCE)
+
+    @property
+    def inputs(self) -> str:
+        return self.fields.get("Inputs", INPUTS)
 
     @property
     def atol(self) -> float | None:
@@ -132,10 +146,12 @@ def profile(
     config: dict[str, Any] | None = None,
     atol: float | None = None,
     standby: StandbyPool | None = None,
+    reference: str = REFERENCE,
+    inputs: str = INPUTS,
 ) -> ProfileResult:
     request = ProfileRequest(
-        reference="_reference.py:softmax",
-        inputs="_reference.py:make_inputs",
+        reference=reference,
+        inputs=inputs,
         candidates=candidates,
         configs=[config or {"rows": 32, "cols": 64}],
         backend=backend,
@@ -183,6 +199,8 @@ def run_catalogue(
                     config={**h.config, **extra},
                     atol=h.atol,
                     standby=pool,
+                    reference=h.reference,
+                    inputs=h.inputs,
                 )
     finally:
         pool.close()
@@ -229,6 +247,8 @@ def job_of(tmp_path_factory: pytest.TempPathFactory, loner_pool: StandbyPool) ->
                     config=h.config,
                     atol=h.atol,
                     standby=loner_pool,
+                    reference=h.reference,
+                    inputs=h.inputs,
                 )
         return done[key]
 
@@ -259,12 +279,15 @@ def test_candidate_gets_the_verdict_its_header_states(header: Header, job_of: Jo
         floor = header.fields.get("Expect min time ns")
         if floor is not None:
             assert all(r.MinValue is not None and r.MinValue >= float(floor) for r in rows)
+        if header.fields.get("Expect resolvable") == "no":
+            mine = [c for c in result.comparisons if c.Annotation == header.spec]
+            assert mine and all(c.Resolvable is not True for c in mine), mine
     expected_reason = header.fields.get("Expect reasons")
     if expected_reason is not None:
         assert expected_reason.lower() in reasons.lower(), reasons
     own = header.fields.get("Expect reference kernels")
     if own is not None:
-        ref_rows = [r for r in result.rows if r.Annotation == "_reference.py:softmax"]
+        ref_rows = [r for r in result.rows if r.Annotation == header.reference]
         assert ref_rows and all(r.Trust in ("ok", "noisy") for r in ref_rows)
         named = [k for r in ref_rows for k in r.Kernels if k != EVENTS_KERNEL]  # events: no names
         foreign = {k for k in named if own.lower() not in k.lower()}
@@ -283,7 +306,7 @@ def test_the_reference_is_timed_and_trusted_in_every_job(header: Header, job_of:
     # candidate rebinds (a timer, a buffer) or forges leaves its rows standing; a finding
     # that concerns the whole job (a shadowing file) says so in its header.
     res = job_of(header)
-    rows = [r for r in res.rows if r.Annotation == "_reference.py:softmax"]
+    rows = [r for r in res.rows if r.Annotation == header.reference]
     allowed = [
         t.strip() for t in header.fields.get("Expect reference trust", "ok, noisy").split(",")
     ]
