@@ -24,9 +24,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # JSON Schemas) use, and tuples derived from them for code that checks values by hand.
 Backend = Literal["ncu", "cupti", "events"]
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
-RUNNABLE_BACKENDS: tuple[Backend, ...] = ("ncu", "events")
-"""Backends this version runs; 'cupti' is in the schema but refused in preflight until its
-collector lands."""
 Reducer = Literal["none", "sum", "max", "min", "mean", "first", "last"]
 REDUCERS: tuple[Reducer, ...] = get_args(Reducer)
 CacheControl = Literal["all", "none"]

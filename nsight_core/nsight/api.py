@@ -52,12 +52,12 @@ from nsight_core.nsight.profile_results import ProfileResults, job_dir_for, writ
 from nsight_core.nsight.thermal_guard import apply_thermal, require_nvml, thermal_settings
 from nsight_core.nsight.tools import default_backend
 from nsight_core.request import (
+    BACKENDS,
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
     DEFAULT_METRIC,
     REDUCERS,
     REPLAY_MODES,
-    RUNNABLE_BACKENDS,
     KernelsSpec,
     Reducer,
 )
@@ -67,7 +67,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "clock_control": CLOCK_CONTROLS,
     "cache_control": CACHE_CONTROLS,
     "replay_mode": REPLAY_MODES,
-    "backend": RUNNABLE_BACKENDS,
+    "backend": BACKENDS,
 }
 
 

@@ -254,3 +254,14 @@ def test_the_thermal_guard_reports_what_it_saw_in_every_row() -> None:
         assert all(r.GpuTempC is not None for r in results.rows)
     assert all(r.ThermalWaitS is not None for r in results.rows)
     assert "thermal_log" in results.artifacts
+
+
+def test_every_backend_a_request_takes_is_a_kernel_backend_too() -> None:
+    """`@kernel(backend="cupti")` was refused ("Expected 'ncu' or 'events'") while
+    `activate(Tool.CUPTI)` worked: the decorator and the request take the same backends."""
+    from nsight_core.request import BACKENDS
+
+    for name in BACKENDS:
+        kernel(configs=[(1,)], backend=name)  # accepted at decoration
+    with pytest.raises(ValueError, match="Invalid backend 'nvprof'"):
+        kernel(backend="nvprof")
