@@ -530,7 +530,12 @@ def serve(
         sys.stderr.write(f"nspy-mcp: {exc}\n")
         return 2
     if http:
-        server.run("streamable-http", host=host, port=port)
+        # stdout is free under HTTP, but a URL a user copies belongs with the other notices.
+        url_host = f"[{host}]" if ":" in host else host
+        sys.stderr.write(
+            f"nspy-mcp: serving MCP (streamable HTTP) at http://{url_host}:{port}/mcp\n"
+        )
+        server.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")
     else:
         run_stdio(server)
     return 0
