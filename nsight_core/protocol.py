@@ -146,9 +146,7 @@ class FunctionJob(_Msg):
     """The `@kernel` mode: call a cloudpickled function once per (config, run)."""
 
     pickle_file: str = Field(description="File (in the job dir) holding the cloudpickled function.")
-    configs: list[dict[str, Any]] = Field(
-        description="Bound arguments per config (args and kwargs)."
-    )
+    configs: list[dict[str, Any]] = Field(description="Bound arguments per config (args, kwargs).")
     runs: int = Field(ge=1)
     warmup: int = Field(ge=0)
     ignore_failures: bool = False
@@ -176,9 +174,7 @@ class JobSpec(_Msg):
     request: ProfileRequest | None = None
     function: FunctionJob | None = None
     workdir: str = Field(description="Directory to chdir into and resolve relative paths against.")
-    source_file: str | None = Field(
-        None, description="Where the inline source was written, if any."
-    )
+    source_file: str | None = Field(None, description="Where the inline source was written.")
     reference_source_file: str | None = Field(
         None, description="Where the inline reference source was written, if any."
     )
@@ -276,6 +272,7 @@ class SampleEvent(_Msg):
     value: float
     unit: str
     kernel: str | None = None
+    launch: str | None = Field(None, description="A kernel's '<<<grid, block>>>' (cupti).")
 
     @classmethod
     def of(cls, key: RunKey, metric: str, ns: float, kernel: str | None = None) -> SampleEvent:
@@ -451,6 +448,8 @@ class KernelTiming(_Msg):
     start_ns: int
     end_ns: int
     stream: int
+    launch: str = Field("", description="'<<<grid, block>>>'; a copy's bytes ('4096 B x2').")
+    kind: Literal["kernel", "copy"] = Field("kernel", description="'copy': untimed memcpy/memset.")
 
 
 class ReplyMsg(_Msg):

@@ -97,6 +97,13 @@ CASES = [
         [TIME_METRIC],
     ),
     Case(
+        "set_varies",
+        "one kernel per call, but not the same one: vary.py:switch launches add_kernel in runs "
+        "0 and 2 and scale_kernel in run 1 of config 0, and add_kernel with another grid and "
+        "block in run 1 of config 1; steady.py:add launches the same add_kernel every run",
+        [TIME_METRIC],
+    ),
+    Case(
         "foreign",
         "a report made without our flags: default-domain push/pop range 'outer' around "
         "add_kernel + scale_kernel, then copy_kernel outside any range, 3 times",
@@ -295,6 +302,31 @@ def case_count_varies(rec, runs):
     return configs
 
 
+def case_set_varies(rec, runs):
+    configs = [{"n": 4096}, {"n": 1 << 14}]
+    bufs = [Buffers(c["n"]) for c in configs]
+    warm(bufs)
+    add(bufs[1], [], block=256)  # compiled before any range, like the others
+    torch.cuda.synchronize()
+
+    def body(b, cid, r):
+        def run(launched):
+            if r % 2 == 0:
+                add(b, launched)
+            elif cid == 0:
+                scale(b, launched)
+            else:
+                add(b, launched, block=256)
+        return run
+
+    for cid, b in enumerate(bufs):
+        for r in range(runs):
+            rec.call("steady.py:add", cid, r, lambda launched, b=b: add(b, launched))
+        for r in range(runs):
+            rec.call("vary.py:switch", cid, r, body(b, cid, r))
+    return configs
+
+
 def case_no_kernels(rec, runs):
     configs = [{"n": 4096}]
     warm([Buffers(4096)])
@@ -327,6 +359,7 @@ CASES = {
     "failed_annotation": case_failed_annotation,
     "two_metrics": case_two_metrics,
     "count_varies": case_count_varies,
+    "set_varies": case_set_varies,
     "bad_metric": case_one_kernel,
     "no_kernels": case_no_kernels,
 }

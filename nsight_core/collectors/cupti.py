@@ -13,11 +13,14 @@ inside an NVTX range. The L2 flush is launched and finished before t0, so it nev
 The one flush also brings what ran since the previous call; kernels another thread launched
 then are reported (`launched_elsewhere`).
 A kernel whose launch record is missing is kept when its device start falls in [t0, t1].
-Memory copies and memsets are not kernels (ncu does not profile them either).
+Memory copies and memsets are not kernels (ncu does not profile them either) and are not in
+the time; those whose device start falls in [t0, t1] are reported by kind and bytes, for the
+call's kernel set (collectors/kernel_sets.py), as each kernel's grid and block are.
 
-Parent side (`CuptiBackend`): the judge turns each reply into samples (`call_samples`) and
-`read_records` attributes them to the run; both, with the host-bound note on rows, live in
-`collectors.cupti_samples`, which never runs in the contestant. Everything the contestant
+Parent side (`CuptiBackend`, registered here): the judge turns each reply into samples
+(`call_samples`) and `read_records` attributes them to the run; the backend, both of these
+and the host-bound note on rows live in `collectors.cupti_samples`, which never runs in the
+contestant. Everything the contestant
 runs stays in this module, which its integrity watch covers.
 
 API used (cupti-python 13.0, module ``cupti.cupti``, checked against its ``cupti.pyi``):
@@ -27,38 +30,30 @@ API used (cupti-python 13.0, module ``cupti.cupti``, checked against its ``cupti
 ``activity_enable(ActivityKind.X)``; ``activity_flush_all(flag)`` (1 = forced, as NVIDIA's
 samples flush); ``get_timestamp()`` on the same clock as the records (CUPTI docs:
 cuptiGetTimestamp). Kernel records (``ActivityKernel10``) carry ``name``, ``start``, ``end``,
-``stream_id``, ``correlation_id``, ``graph_id``; API records (``ActivityAPI``) carry
-``start``, ``end``, ``correlation_id``. Fields are copied out inside the callback, as every
-example does, since a record wraps a pointer into CUPTI's buffer.
+``stream_id``, ``correlation_id``, ``graph_id``, ``grid_x``..``grid_z`` and ``block_x``..
+``block_z``; copy records (``ActivityMemcpy6``) ``copy_kind`` and ``bytes``, memset records
+``bytes``, both ``start``, ``end``, ``correlation_id`` (as NVIDIA's samples print them); API
+records (``ActivityAPI``) carry ``start``, ``end``, ``correlation_id``. Fields are copied
+out inside the callback, as every example does, since a record wraps a pointer into
+CUPTI's buffer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from nsight_core.annotation import RegionTiming
-from nsight_core.collectors.base import Backend, Records, Wrapped, register
-from nsight_core.collectors.cupti_samples import (
-    CUPTI_DURATION,
-    CUPTI_METRICS,
-    call_samples,
-    flag_host_bound,
-    records_from_cupti_samples,
-)
+from nsight_core.collectors.base import register
+from nsight_core.collectors.cupti_samples import CuptiBackend
 from nsight_core.collectors.events import Device, sync_all
-from nsight_core.collectors.kernel_names import kernel_name
+from nsight_core.collectors.kernel_names import kernel_name, launch_label
 from nsight_core.collectors.timers import REPLY_PATH, CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
-from nsight_core.results import Row
+from nsight_core.protocol import KernelTiming, RunKey
 from nsight_core.runtime.check import snapshot_inputs
-from nsight_core.settings import JobSettings
 
 BUFFER_BYTES = 4 << 20
 """Per activity buffer. A call makes a few hundred records of ~200 B; a full buffer is
@@ -86,6 +81,32 @@ class KernelActivity:
     stream: int
     correlation_id: int
     graph_id: int = 0
+    grid: tuple[int, int, int] = (0, 0, 0)
+    block: tuple[int, int, int] = (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class CopyActivity:
+    """What is kept of one memcpy or memset record: its kind ('memcpy DtoD', 'memset')."""
+
+    kind: str
+    nbytes: int
+    start: int
+    end: int
+    correlation_id: int
+
+
+_COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA"}
+_COPY_KINDS |= {8: "DtoD", 9: "HtoH", 10: "PtoP"}
+"""CUpti_ActivityMemcpyKind's values (cupti_activity.h); any other reads 'memcpy'."""
+
+
+def copy_kind(kind: int | None) -> str:
+    """A copy record's kind as a name ('memcpy DtoD'); None: a memset."""
+    if kind is None:
+        return "memset"
+    name = _COPY_KINDS.get(int(kind))
+    return f"memcpy {name}" if name else "memcpy"
 
 
 @dataclass(frozen=True)
@@ -107,24 +128,38 @@ class KernelSpan:
     start_ns: int
     end_ns: int
     stream: int
+    launch: str = ""
+    """Its grid and block (`launch_label`); a copy's bytes."""
+    kind: Literal["kernel", "copy"] = "kernel"
+    """'copy': a memcpy or memset (``name`` says which), in the kernel set, never timed."""
+
+
+_Rec = TypeVar("_Rec", KernelActivity, CopyActivity)
 
 
 def split_by_launch(
-    kernels: Sequence[KernelActivity], apis: Sequence[ApiActivity], t0: int, t1: int
-) -> tuple[list[KernelActivity], list[KernelActivity], list[KernelActivity]]:
+    kernels: Sequence[_Rec], apis: Sequence[ApiActivity], t0: int, t1: int
+) -> tuple[list[_Rec], list[_Rec], list[_Rec]]:
     """(launched before t0, inside [t0, t1], after t1), each in order of device start.
 
     A kernel belongs to the call when an API record with its correlation id started inside
     the window; without any API record of that id, when its device start lies inside it.
     One flush after the call thus also yields what ran between calls (before) and what
     another thread launched while the harness flushed (after, kept for the next call).
+    Copies and memsets are split alike (their API records are not kept: by device start).
     """
     launches = {a.correlation_id: a.start for a in apis}
-    parts: tuple[list[KernelActivity], list[KernelActivity], list[KernelActivity]] = ([], [], [])
+    parts: tuple[list[_Rec], list[_Rec], list[_Rec]] = ([], [], [])
     for k in sorted(kernels, key=lambda k: (k.start, k.end, k.correlation_id)):
         at = launches.get(k.correlation_id, k.start)  # the launch, else the device start
         parts[0 if at < t0 else 2 if at > t1 else 1].append(k)
     return parts
+
+
+def _dims(record: Any, what: str) -> tuple[int, int, int]:
+    """A kernel record's grid or block (zeros where the record has none)."""
+    x, y, z = (int(getattr(record, f"{what}_{axis}", 0) or 0) for axis in "xyz")
+    return x, y, z
 
 
 def harness_thread(apis: Sequence[ApiActivity], t0: int) -> int | None:
@@ -153,6 +188,28 @@ def launched_elsewhere(
 def incomplete(kernels: Sequence[KernelActivity]) -> list[KernelActivity]:
     """Records without usable timestamps (CUPTI writes 0 when it could not collect them)."""
     return [k for k in kernels if k.start <= 0 or k.end <= 0 or k.end < k.start]
+
+
+def call_spans(
+    kernels: Sequence[KernelActivity], copies: Sequence[CopyActivity]
+) -> list[KernelSpan]:
+    """A call's kernels in start order, each with its launch; then its copies, one span per
+    kind and size (how many in its launch: a call that copies thousands of times still
+    sends a short reply)."""
+    spans = [
+        KernelSpan(
+            kernel_name(k.name), k.start, k.end, k.stream, launch_label(k.grid, k.block, k.name)
+        )
+        for k in kernels
+    ]
+    grouped: dict[tuple[str, int], list[CopyActivity]] = {}
+    for c in copies:
+        grouped.setdefault((c.kind, c.nbytes), []).append(c)
+    for (kind, nbytes), same in grouped.items():
+        times = f" x{len(same)}" if len(same) > 1 else ""
+        start, end = min(c.start for c in same), max(c.end for c in same)
+        spans.append(KernelSpan(kind, start, end, 0, f"{nbytes} B{times}", "copy"))
+    return spans
 
 
 # -- child side: the timer in the contestant ----------------------------------------------
@@ -210,6 +267,11 @@ def _recorded_kinds(kinds: Any) -> tuple[Any, ...]:
     return (getattr(kinds, KERNEL_ACTIVITY), kinds.RUNTIME, kinds.DRIVER)
 
 
+def _copy_kinds(kinds: Any) -> tuple[Any, ...]:
+    """The copy and memset kinds: recorded for kernel sets only, never for the time."""
+    return (kinds.MEMCPY, kinds.MEMSET)
+
+
 @dataclass
 class CuptiTimer:
     """Kernel activity of each timed call; `start` once per contestant, then `time_call`."""
@@ -217,14 +279,19 @@ class CuptiTimer:
     _cupti: Any = field(default=None, repr=False)
     _kernels: list[KernelActivity] = field(default_factory=list, repr=False)
     _apis: list[ApiActivity] = field(default_factory=list, repr=False)
+    _copies: list[CopyActivity] = field(default_factory=list, repr=False)
     _errors: list[str] = field(default_factory=list, repr=False)
     _kernel_kinds: frozenset[int] = frozenset()
     _api_kinds: frozenset[int] = frozenset()
+    _memcpy_kind: int = -1
+    _memset_kind: int = -1
     _harness_thread: int | None = None
     api_filter: str = ""
     """After `start`: 'launches' when only launch APIs are recorded, else why all are."""
+    copies_note: str = ""
+    """After `start`: why copies and memsets are not recorded, when they are not."""
     watch_volatile: ClassVar[frozenset[str]] = frozenset(
-        {"_kernels", "_apis", "_errors", "outside", "_harness_thread", "snapshot"}
+        {"_kernels", "_apis", "_copies", "_errors", "outside", "_harness_thread", "snapshot"}
     )
     """Attributes each call rebinds; the integrity watch checks all the others."""
     outside: list[str] = field(default_factory=list)
@@ -249,6 +316,14 @@ class CuptiTimer:
         for kind in _recorded_kinds(kinds):
             cupti.activity_enable(kind)
         self.api_filter = record_launches_only(cupti)
+        try:
+            memcpy, memset = _copy_kinds(kinds)
+            cupti.activity_enable(memcpy)
+            self._memcpy_kind = int(memcpy)
+            cupti.activity_enable(memset)
+            self._memset_kind = int(memset)
+        except Exception as exc:  # kernel sets then hold the kernels (and what was enabled)
+            self.copies_note = f"copies not all recorded ({type(exc).__name__}: {exc})"
 
     def stop(self) -> None:
         """Flush and disable (the contestant's exit; harmless when never started)."""
@@ -259,6 +334,9 @@ class CuptiTimer:
         cupti.activity_flush_all(FLUSH_FORCED)
         for kind in _recorded_kinds(kinds):
             cupti.activity_disable(kind)
+        for kind in (k for k in (self._memcpy_kind, self._memset_kind) if k >= 0):
+            with contextlib.suppress(Exception):
+                cupti.activity_disable(kinds(kind))
 
     @staticmethod
     def _buffer_requested() -> tuple[int, int]:
@@ -281,6 +359,19 @@ class CuptiTimer:
                             stream=int(a.stream_id),
                             correlation_id=int(a.correlation_id),
                             graph_id=int(getattr(a, "graph_id", 0) or 0),
+                            grid=_dims(a, "grid"),
+                            block=_dims(a, "block"),
+                        )
+                    )
+                elif kind in (self._memcpy_kind, self._memset_kind):
+                    memcpy = kind == self._memcpy_kind
+                    self._copies.append(
+                        CopyActivity(
+                            copy_kind(int(a.copy_kind) if memcpy else None),
+                            int(a.bytes),
+                            int(a.start),
+                            int(a.end),
+                            int(a.correlation_id),
                         )
                     )
                 elif kind in self._api_kinds:
@@ -291,10 +382,10 @@ class CuptiTimer:
         except Exception as exc:
             self._errors.append(f"{type(exc).__name__}: {exc}")
 
-    def _take(self) -> tuple[list[KernelActivity], list[ApiActivity]]:
-        kernels, apis = self._kernels, self._apis
-        self._kernels, self._apis = [], []
-        return kernels, apis
+    def _take(self) -> tuple[list[KernelActivity], list[ApiActivity], list[CopyActivity]]:
+        kernels, apis, copies = self._kernels, self._apis, self._copies
+        self._kernels, self._apis, self._copies = [], [], []
+        return kernels, apis, copies
 
     def time_call(
         self, device: Device | None, fn: Callable[[], Any]
@@ -337,7 +428,7 @@ class CuptiTimer:
         if at_close is not None:
             at_close()
         cupti.activity_flush_all(FLUSH_FORCED)  # one flush a call: each costs milliseconds
-        kernels, apis = self._take()
+        kernels, apis, copies = self._take()
         if self._errors:
             errors, self._errors = self._errors, []
             raise NsightCoreError(
@@ -348,8 +439,10 @@ class CuptiTimer:
         before, mine, after = split_by_launch(kernels, apis, t0, t1)
         # Launched after t1 (another thread, while this one flushed): the next call's
         # "before"; their API records travel with them.
-        late = {k.correlation_id for k in after}
+        _, my_copies, late_copies = split_by_launch(copies, apis, t0, t1)
+        late = {k.correlation_id for k in after} | {c.correlation_id for c in late_copies}
         self._kernels[:0] = after
+        self._copies[:0] = late_copies
         self._apis[:0] = [a for a in apis if a.start > t1 or a.correlation_id in late]
         self._harness_thread = harness_thread(apis, t0)
         self.outside = sorted(
@@ -363,18 +456,21 @@ class CuptiTimer:
                 f"({', '.join(sorted({k.name for k in bad})[:3])})",
                 "run again; if it persists, use backend 'ncu' or 'events'",
             )
-        spans = [KernelSpan(kernel_name(k.name), k.start, k.end, k.stream) for k in mine]
-        return float(t1 - t0), spans
+        return float(t1 - t0), call_spans(mine, my_copies)
 
 
-# -- parent side --------------------------------------------------------------------------
+# -- the contestant's timer and the registered backend ------------------------------------
 
 
-CUPTI_INSTALL_HINT = (
-    "install cupti-python in the server's Python environment: pip install 'nspy-mcp[cupti]' "
-    "(13.0.x for CUDA 13.0 drivers, 12.8.0 for CUDA 12 drivers); check_environment says "
-    "which fits; meanwhile use backend 'events' (or 'ncu' where counters are allowed)"
-)
+def _timing(k: KernelSpan) -> KernelTiming:
+    return KernelTiming(
+        name=k.name,
+        start_ns=k.start_ns,
+        end_ns=k.end_ns,
+        stream=k.stream,
+        launch=k.launch,
+        kind=k.kind,
+    )
 
 
 class CuptiCallTimer(CallTimer):
@@ -401,15 +497,13 @@ class CuptiCallTimer(CallTimer):
         self._timer.start()
 
     def notes(self) -> list[str]:
-        api_filter = self._timer.api_filter
-        return [] if api_filter in ("", "launches") else [f"cupti: {api_filter}"]
+        api_filter, copies = self._timer.api_filter, self._timer.copies_note
+        notes = [] if api_filter in ("", "launches") else [f"cupti: {api_filter}"]
+        return notes + ([f"cupti: {copies}"] if copies else [])
 
     def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
         out, ns, spans = self._timer.time_call(device, fn)
-        kernels = [
-            KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
-            for k in spans
-        ]
+        kernels = [_timing(k) for k in spans]
         snapshot, self._timer.snapshot = self._timer.snapshot, None
         return TimedCall(out, ns, kernels, self._timer.outside[:8], snapshot=snapshot)
 
@@ -420,73 +514,9 @@ class CuptiCallTimer(CallTimer):
 
         def stop() -> RegionTiming:
             ns, spans = self._timer.close_window(t0)
-            return ns, [
-                KernelTiming(name=k.name, start_ns=k.start_ns, end_ns=k.end_ns, stream=k.stream)
-                for k in spans
-            ]
+            return ns, [_timing(k) for k in spans]
 
         return stop
-
-
-class CuptiBackend(Backend):
-    """CUPTI kernel activity of each call, read inside the contestant."""
-
-    name = "cupti"
-    evidence = "in_process"
-    child_timer = "cupti"
-    default_metric = CUPTI_DURATION
-    any_metric = False
-    settings_apply = False
-
-    def preflight(self, settings: JobSettings) -> None:
-        """Time-only settings (the base checks), then cupti-python present and fitting."""
-        super().preflight(settings)
-        if importlib.util.find_spec("cupti") is None:
-            raise NsightCoreError(
-                ErrorClass.INVALID_REQUEST,
-                "backend 'cupti' needs cupti-python, which is not installed in the Python "
-                f"that runs contestants ({sys.executable})",
-                CUPTI_INSTALL_HINT,
-            )
-        from nsight_core.host.probe import probe_environment  # lazy: server side only
-
-        status = probe_environment().backend("cupti")
-        if not status.available:
-            raise NsightCoreError(
-                ErrorClass.NO_GPU
-                if "no NVIDIA GPU" in status.reason
-                else ErrorClass.INVALID_REQUEST,
-                f"backend 'cupti' cannot run here: {status.reason}",
-                CUPTI_INSTALL_HINT,
-            )
-
-    def measures(self, settings: JobSettings) -> list[str]:
-        return list(CUPTI_METRICS)
-
-    def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
-        return flag_host_bound(rows)  # latency far above kernel time
-
-    def call_samples(
-        self,
-        key: RunKey,
-        ns: float | None,
-        kernels: Sequence[KernelTiming],
-        settings: JobSettings,
-        *,
-        latency_ns: float | None = None,
-    ) -> list[SampleEvent]:
-        # Its time is already host-inclusive (cupti__call_latency): latency_ns is never set.
-        if ns is None:
-            return []
-        return call_samples(key, ns, kernels, settings.kernels.ignore)
-
-    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
-        return Wrapped(list(argv))
-
-    def read_records(
-        self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
-    ) -> Records:
-        return records_from_cupti_samples(samples, settings.kernels.ignore)
 
 
 CUPTI = register(CuptiBackend())

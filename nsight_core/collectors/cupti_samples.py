@@ -3,24 +3,32 @@ from them, and the host-bound note on rows.
 
 These run in the judge and the server, never in the contestant, and read only what the
 contestant reported (`KernelTiming`s and a latency): one `cupti__time_duration.sum` sample
-per kernel, named, plus the call's union span of kernel time and its host-inclusive latency.
+per kernel, named and with its launch, plus the call's union span of kernel time and its
+host-inclusive latency; and one `kernel_sets.COPY_METRIC` sample per kind and size of the
+call's copies and memsets, which no value counts but its kernel set does.
 `records_from_cupti_samples` attributes them to the run, so `reduce_runs` folds the
 per-kernel samples with `kernels.combine` and `kernels.ignore` as it folds ncu's records.
 The contestant's side (the timer, attribution by launch) stays in `collectors.cupti`, where
-the integrity watch covers it.
+the integrity watch covers it; `CuptiBackend`, the parent's interface, is here and
+registered there.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
+import sys
 from collections.abc import Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Literal, Protocol
 
-from nsight_core.collectors.base import Records
+from nsight_core.collectors.base import Backend, Records, Wrapped
 from nsight_core.collectors.extract import KernelRecord
-from nsight_core.errors import ErrorClass
-from nsight_core.protocol import RunKey, SampleEvent
+from nsight_core.collectors.kernel_sets import COPY_METRIC
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure, Row
+from nsight_core.settings import JobSettings
 
 CUPTI_DURATION = "cupti__time_duration.sum"
 """One kernel's duration (end - start of its activity record), ns; folded per call by
@@ -45,6 +53,10 @@ class KernelLike(Protocol):
     def end_ns(self) -> int: ...
     @property
     def stream(self) -> int: ...
+    @property
+    def launch(self) -> str: ...
+    @property
+    def kind(self) -> Literal["kernel", "copy"]: ...
 
 
 def union_ns(intervals: Sequence[tuple[int, int]]) -> int:
@@ -69,16 +81,29 @@ def call_samples(
     ignore: Sequence[str] = (),
 ) -> list[SampleEvent]:
     """The judge's samples for one timed call: one duration per kernel, then the span of
-    the kernels the ignore globs keep, then the call's latency."""
+    the kernels the ignore globs keep, then the call's latency; then its copies."""
 
     def sample(metric: str, value: float, kernel: str | None = None) -> SampleEvent:
         return SampleEvent.of(key, metric, value, kernel)
 
-    out = [sample(CUPTI_DURATION, float(k.end_ns - k.start_ns), k.name) for k in kernels]
-    kept = [k for k in kernels if not any(fnmatch.fnmatchcase(k.name, p) for p in ignore)]
+    calls = [k for k in kernels if k.kind != "copy"]
+    out = [
+        SampleEvent.of(key, CUPTI_DURATION, float(k.end_ns - k.start_ns), k.name).model_copy(
+            update={"launch": k.launch or None}
+        )
+        for k in calls
+    ]
+    kept = [k for k in calls if not any(fnmatch.fnmatchcase(k.name, p) for p in ignore)]
     if kept:
         out.append(sample(CUPTI_SPAN, float(union_ns([(k.start_ns, k.end_ns) for k in kept]))))
     out.append(sample(CUPTI_LATENCY, float(latency_ns)))
+    out += [
+        SampleEvent.of(key, COPY_METRIC, 0.0, k.name).model_copy(
+            update={"unit": "", "launch": k.launch or None}
+        )
+        for k in kernels
+        if k.kind == "copy"
+    ]
     return out
 
 
@@ -88,7 +113,8 @@ def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[
     A per-call sample (span, latency: no kernel name) is filed under the call's first kernel
     that the ignore globs keep, so it adds no launch to the run's kernel count and survives
     the same globs; a call without kernels files none (the run is then 'no_kernels', as
-    under ncu). Two per-call samples of one metric for a run refuse the run.
+    under ncu). Two per-call samples of one metric for a run refuse the run. A copy's
+    sample becomes a record of `COPY_METRIC`, which reduction keeps out of the launches.
     """
     by_run: dict[RunKey, list[tuple[int, SampleEvent]]] = {}
     for seq, s in enumerate(samples):
@@ -96,6 +122,8 @@ def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[
     records: list[KernelRecord] = []
     failures: list[Failure] = []
     for key, items in by_run.items():
+        copies = [(seq, s) for seq, s in items if s.metric == COPY_METRIC]
+        items = [(seq, s) for seq, s in items if s.metric != COPY_METRIC]
         launches = [(seq, s) for seq, s in items if s.kernel is not None]
         kept = [
             (seq, s)
@@ -118,9 +146,11 @@ def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[
                 )
             )
             continue
-        for seq, s in launches:
+        for seq, s in [*launches, *copies]:
             name = s.kernel or ""
-            records.append(KernelRecord(key, name, name, s.metric, s.value, s.unit, seq))
+            records.append(
+                KernelRecord(key, name, name, s.metric, s.value, s.unit, seq, s.launch or "")
+            )
         if anchor is not None:
             seq, first = anchor
             name = first.kernel or ""
@@ -186,3 +216,71 @@ def flag_host_bound(rows: Sequence[Row]) -> list[Row]:
             r = r.model_copy(update={"Reasons": [*r.Reasons, reason]})
         out.append(r)
     return out
+
+
+CUPTI_INSTALL_HINT = (
+    "install cupti-python in the server's Python environment: pip install 'nspy-mcp[cupti]' "
+    "(13.0.x for CUDA 13.0 drivers, 12.8.0 for CUDA 12 drivers); check_environment says "
+    "which fits; meanwhile use backend 'events' (or 'ncu' where counters are allowed)"
+)
+
+
+class CuptiBackend(Backend):
+    """CUPTI kernel activity of each call, read inside the contestant."""
+
+    name = "cupti"
+    evidence = "in_process"
+    child_timer = "cupti"
+    default_metric = CUPTI_DURATION
+    any_metric = False
+    settings_apply = False
+
+    def preflight(self, settings: JobSettings) -> None:
+        """Time-only settings (the base checks), then cupti-python present and fitting."""
+        super().preflight(settings)
+        if importlib.util.find_spec("cupti") is None:
+            raise NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                "backend 'cupti' needs cupti-python, which is not installed in the Python "
+                f"that runs contestants ({sys.executable})",
+                CUPTI_INSTALL_HINT,
+            )
+        from nsight_core.host.probe import probe_environment  # lazy: server side only
+
+        status = probe_environment().backend("cupti")
+        if not status.available:
+            raise NsightCoreError(
+                ErrorClass.NO_GPU
+                if "no NVIDIA GPU" in status.reason
+                else ErrorClass.INVALID_REQUEST,
+                f"backend 'cupti' cannot run here: {status.reason}",
+                CUPTI_INSTALL_HINT,
+            )
+
+    def measures(self, settings: JobSettings) -> list[str]:
+        return list(CUPTI_METRICS)
+
+    def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
+        return flag_host_bound(rows)  # latency far above kernel time
+
+    def call_samples(
+        self,
+        key: RunKey,
+        ns: float | None,
+        kernels: Sequence[KernelTiming],
+        settings: JobSettings,
+        *,
+        latency_ns: float | None = None,
+    ) -> list[SampleEvent]:
+        # Its time is already host-inclusive (cupti__call_latency): latency_ns is never set.
+        if ns is None:
+            return []
+        return call_samples(key, ns, kernels, settings.kernels.ignore)
+
+    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
+        return Wrapped(list(argv))
+
+    def read_records(
+        self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
+    ) -> Records:
+        return records_from_cupti_samples(samples, settings.kernels.ignore)

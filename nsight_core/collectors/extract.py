@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nsight_core.collectors.kernel_names import launch_label
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import NVTX_DOMAIN, RunKey
 from nsight_core.request import DEFAULT_METRIC
@@ -62,6 +63,9 @@ class KernelRecord:
     unit: str
     seq: int = 0
     """Position of the action in the report: launch order within a run, for first/last."""
+    launch: str = ""
+    """The kernel's grid and block (`kernel_names.launch_label`); for a cupti record of a
+    copy (metric `kernel_sets.COPY_METRIC`) its bytes; '' when unknown or a range."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,9 @@ class ActionInfo:
     key: RunKey | None
     values: dict[str, tuple[float | None, str]] = field(default_factory=dict)
     """metric -> (value, unit)."""
+    launch: str = ""
+    """Grid and block from the launch attributes every kernel result carries, whatever
+    metrics were asked for (`kernel_names.launch_label`); '' for a range or without them."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,16 @@ def _attr(action: Any, name: str) -> Any:
         return metric.value()
     except Exception:
         return None
+
+
+_GRID = ("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z")
+_BLOCK = ("launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z")
+
+
+def _launch(action: Any, demangled: str) -> str:
+    """The kernel's launch as `launch_label` writes it, from ncu's launch attributes."""
+    dims = [int(_value(action, name)[0] or 0) for name in (*_GRID, *_BLOCK)]
+    return launch_label(dims[:3], dims[3:], demangled)
 
 
 def _device(action: Any) -> DeviceInfo:
@@ -286,20 +303,22 @@ def extract_records(
     kernels: dict[RunKey, list[str]] = {}
     for seq, act in enumerate(raw):
         workload = _workload(act, ncu_report)
+        launch = ""
         if workload == "range":
             kernel = demangled = RANGE_KERNEL
         else:
             kernel = str(act.name())
             demangled = str(act.name(ncu_report.IAction.NameBase_DEMANGLED))
+            launch = _launch(act, demangled)
         ranges = _nvtx_ranges(act)
         key = _key_of(ranges, workload, str(act.name()))
         values = {m: _value(act, m) for m in wanted}
-        actions.append(ActionInfo(seq, kernel, demangled, workload, ranges, key, values))
+        actions.append(ActionInfo(seq, kernel, demangled, workload, ranges, key, values, launch))
         if key is None:
             continue
         kernels.setdefault(key, []).append(kernel)
         records += [
-            KernelRecord(key, kernel, demangled, m, value, unit, seq)
+            KernelRecord(key, kernel, demangled, m, value, unit, seq, launch)
             for m, (value, unit) in values.items()
         ]
     return ExtractedReport(

@@ -1,10 +1,12 @@
 """Kernel names as rows show them: a CUPTI record's (often mangled) name reduced to the
-function-name base that ncu reports, so the same kernel reads the same under both."""
+function-name base that ncu reports, so the same kernel reads the same under both; and a
+launch's grid and block, written alike from ncu's launch attributes and CUPTI's records."""
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 
@@ -87,4 +89,30 @@ def kernel_name(raw: str) -> str:
     return base_name(demangled or raw)
 
 
-__all__ = ["base_name", "kernel_name"]
+def _dims(dims: Sequence[int]) -> str:
+    parts = [int(d) for d in dims]
+    while len(parts) > 1 and parts[-1] == 1:
+        parts.pop()
+    return "x".join(str(d) for d in parts)
+
+
+def launch_label(grid: Sequence[int], block: Sequence[int], function: str = "") -> str:
+    """A launch as CUDA writes it, trailing 1s left out: ``<<<2x66, 384>>>`` for grid
+    (2, 66, 1) and block (384, 1, 1), then ``#`` and a digest of ``function``, the kernel's
+    full name (mangled or demangled), so launches of two instantiations of one template
+    (torch's ``vectorized_elementwise_kernel`` for a multiply and for an add) differ too.
+    What tells launches apart in a call's kernel set (collectors/kernel_sets.py); without
+    known dimensions (a profiler that did not say, a record without them) only the digest."""
+    dims = ""
+    if len(grid) == 3 and len(block) == 3 and min(*grid, *block) > 0:
+        dims = f"<<<{_dims(grid)}, {_dims(block)}>>>"
+    digest = f"#{zlib.crc32(function.encode()):08x}" if function else ""
+    return f"{dims} {digest}".strip()
+
+
+def launch_dims(launch: str) -> str:
+    """The part of a `launch_label` a reader needs: grid and block, without the digest."""
+    return launch.partition("#")[0].rstrip()
+
+
+__all__ = ["base_name", "kernel_name", "launch_dims", "launch_label"]

@@ -338,7 +338,7 @@ def counted_records(
         return list(report.records), None
     found = classify(report.actions, issued.calls, primed=issued.primed)
     records = [
-        KernelRecord(found.keys[a.seq], a.kernel, a.demangled, m, value, unit, a.seq)
+        KernelRecord(found.keys[a.seq], a.kernel, a.demangled, m, value, unit, a.seq, a.launch)
         for a in report.actions
         if a.seq in found.keys
         for m, (value, unit) in a.values.items()

@@ -20,9 +20,10 @@ here, stage 1's included.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from nsight_core.collectors.kernel_sets import kernel_set_finding
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.results import Comparison, EvidenceKind, Row, TrustLevel
 from nsight_core.rows.run_values import GroupKey, RunValue, RunValues, reduce_runs
@@ -113,6 +114,10 @@ def _trust(
     if not ctx.check_enabled:
         reasons.append("correctness check was off: values may come from wrong code")
         suspicious = True
+    found = kernel_set_finding([(c.key.run, c.kernel_set) for c in cells if c.value is not None])
+    if found is not None:
+        reasons.append(found.reason)
+        suspicious = suspicious or found.suspicious
     noisy = stats.rsd is not None and stats.rsd >= STABLE_RSD_PCT
     if noisy:
         reasons.append(
@@ -297,24 +302,18 @@ def compare_to_reference(
 
 def _ratio_cell(c: RunValue, b: RunValue | None, baseline: str) -> RunValue:
     if c.value is None:
-        return RunValue(
-            c.key, c.metric, None, "ratio", c.kernels, c.ignored, c.error_class, c.error
-        )
+        return replace(c, unit="ratio", summed=0)
     if b is None or b.value is None or b.value == 0:
         why = "is 0" if b is not None and b.value == 0 else "failed or is missing"
-        return RunValue(
-            c.key,
-            c.metric,
-            None,
-            "ratio",
-            c.kernels,
-            c.ignored,
-            b.error_class if b is not None else None,
-            f"baseline {baseline} run {c.key.run} {why}",
+        return replace(
+            c,
+            value=None,
+            unit="ratio",
+            error_class=b.error_class if b is not None else None,
+            error=f"baseline {baseline} run {c.key.run} {why}",
+            summed=0,
         )
-    return RunValue(
-        c.key, c.metric, c.value / b.value, "ratio", c.kernels, c.ignored, summed=c.summed
-    )
+    return replace(c, value=c.value / b.value, unit="ratio")
 
 
 def normalize_rows(

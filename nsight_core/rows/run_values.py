@@ -5,6 +5,10 @@ globs drop helper kernels (and the dropped names are kept), counts are checked p
 several kernels of one call are folded by a named reducer chosen per metric. A failed run
 keeps its cell with the error instead of a value, so stage 2 (`aggregate`) can name it.
 
+Each run also keeps its kernel set (`collectors.kernel_sets`): its kernels with their
+launches, and under cupti its copies, after the ignore globs; rows compare them across a
+row's runs (aggregate.py).
+
 Where the request names no reducer for a metric, a call's kernels are summed when the
 metric is a time or a count (`metric_kind` says which), since a call that launches several
 kernels is one call to its caller; any other metric keeps needing one kernel per call,
@@ -19,9 +23,10 @@ import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nsight_core.collectors.extract import KernelRecord
+from nsight_core.collectors.kernel_sets import COPY_METRIC, Work, work_of
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.metric_check import metric_kind, unsummed_note
 from nsight_core.protocol import RunKey
@@ -49,6 +54,9 @@ class RunValue:
     summed: int = 0
     """How many kernels the default reducer (`sum`, for a time or count the request named
     no reducer for) folded into this value, when more than one; else 0."""
+    kernel_set: tuple[Work, ...] = ()
+    """The run's kernels with their launches, and its copies (cupti), after the ignore
+    globs, sorted: what `kernel_sets.kernel_set_finding` compares across a row's runs."""
 
     @property
     def kernel(self) -> str | None:
@@ -129,6 +137,7 @@ class _Run:
     kept: list[KernelRecord] = field(default_factory=list)
     kernels: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
+    kernel_set: tuple[Work, ...] = ()
     failure: Failure | None = None
 
 
@@ -136,14 +145,20 @@ def _split_ignored(key: RunKey, records: Sequence[KernelRecord], ignore: Sequenc
     run = _Run(key)
     launches: dict[int, str] = {}
     dropped: dict[int, str] = {}
+    works: dict[int, Work] = {}
     for rec in sorted(records, key=lambda r: r.seq):
+        copy = rec.metric == COPY_METRIC  # in the kernel set only: no launch, no value
         if any(fnmatch.fnmatchcase(rec.kernel, pattern) for pattern in ignore):
-            dropped[rec.seq] = rec.kernel
-        else:
+            if not copy:
+                dropped[rec.seq] = rec.kernel
+            continue
+        works.setdefault(rec.seq, work_of(rec.kernel, rec.launch, copy=copy))
+        if not copy:
             launches[rec.seq] = rec.kernel
             run.kept.append(rec)
     run.kernels = tuple(launches.values())
     run.ignored = tuple(dropped.values())
+    run.kernel_set = tuple(sorted(works.values()))
     return run
 
 
@@ -237,7 +252,9 @@ def _run_value(
         return _with_error(base, run.failure.ErrorClass, run.failure.Error)
     recs = [r for r in run.kept if r.metric == metric]
     unit = next((r.unit for r in recs if r.unit), "")
-    base = RunValue(run.key, metric, None, unit, run.kernels, run.ignored)
+    base = RunValue(
+        run.key, metric, None, unit, run.kernels, run.ignored, kernel_set=run.kernel_set
+    )
     named = combine_fn is not None or kernels.named(metric) is not None
     reducer = combine_fn or reducer_for(kernels, metric)
     if reducer == "none" and len(recs) > 1:
@@ -265,15 +282,13 @@ def _run_value(
                 f"combine_kernel_metrics raised on {metric} of {run.key.range_name()}: "
                 f"{type(exc).__name__}: {exc}",
             )
-        return RunValue(run.key, metric, folded, unit, run.kernels, run.ignored)
+        return replace(base, value=folded)
     summed = len(values) if not named and len(values) > 1 else 0
-    return RunValue(
-        run.key, metric, _reduce(reducer, values), unit, run.kernels, run.ignored, summed=summed
-    )
+    return replace(base, value=_reduce(reducer, values), summed=summed)
 
 
 def _with_error(v: RunValue, error_class: ErrorClass, message: str) -> RunValue:
-    return RunValue(v.key, v.metric, None, v.unit, v.kernels, v.ignored, error_class, message)
+    return replace(v, value=None, error_class=error_class, error=message)
 
 
 def reduce_runs(
