@@ -175,9 +175,7 @@ class JobSpec(_Msg):
     function: FunctionJob | None = None
     workdir: str = Field(description="Directory to chdir into and resolve relative paths against.")
     source_file: str | None = Field(None, description="Where the inline source was written.")
-    reference_source_file: str | None = Field(
-        None, description="Where the inline reference source was written, if any."
-    )
+    reference_source_file: str | None = Field(None, description="Where the inline reference was.")
     seed: int = 0
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
     child_timer: Literal["range", "clock", "cupti"] = "range"
@@ -292,9 +290,7 @@ class DoneEvent(_Msg):
     type: Literal["done"] = "done"
     phase_seconds: dict[str, float]
     device: str | None = Field(None, description="'cuda:0 (NVIDIA H200)' or 'cpu'")
-    confined: bool | None = Field(
-        None, description="Whether the contestant's file access was confined (request jobs)."
-    )
+    confined: bool | None = Field(None, description="Contestant's files confined (request jobs).")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -475,6 +471,8 @@ class ReplyMsg(_Msg):
     """Clock timer: the call's host-inclusive latency, where ``ns`` is its GPU window."""
     integrity: list[str] = Field(default_factory=list)
     """Harness functions or framework attributes found changed since start-up."""
+    notes: list[str] = Field(default_factory=list)
+    """What the call left set that the harness undoes (a persisting-L2 limit): Reasons."""
     device: str | None = None
     host_s: dict[str, float] = Field(default_factory=dict)
     """Where the call's host time went (seconds): for benchmarks, never for verdicts."""
@@ -492,6 +490,7 @@ class SuspectEvent(_Msg):
     in_process_only: bool = Field(
         False, description="True when only in-process timings are affected (a patched timer)."
     )
+    verdict: bool = Field(True, description="False: named in Reasons, Trust unchanged.")
 
 
 class EndEvent(_Msg):

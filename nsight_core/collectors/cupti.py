@@ -483,6 +483,7 @@ class CuptiCallTimer(CallTimer):
         "cupti",
         "cupy.cuda",
         "nsight_core.collectors.events",
+        "nsight_core.collectors.l2_persist",
         "nsight_core.collectors.cupti",
         "nsight_core.collectors.timers.CallTimer",
         "nsight_core.collectors.timers.TimedCall",

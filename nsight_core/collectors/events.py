@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.collectors.extract import KernelRecord
+from nsight_core.collectors.l2_persist import PersistingL2
 from nsight_core.collectors.window_guard import AfterWindow, WindowGuard, outlived
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
@@ -170,6 +171,20 @@ class Device:
     """Its timed calls' stream hold (torch's CUDA device only)."""
     window_guard: WindowGuard = field(default_factory=WindowGuard, compare=False)
     """What keeps its timed calls' work inside their windows (torch's CUDA device only)."""
+    persisting_l2: PersistingL2 = field(default_factory=PersistingL2, compare=False)
+    """Reset before each flush: lines marked persisting would survive it (l2_persist.py)."""
+
+    def __post_init__(self) -> None:
+        if self.kind != "cpu":
+            self.persisting_l2.bind()
+
+    def stream(self) -> int:
+        """The harness's current stream handle (0 on the CPU)."""
+        if self.kind == "torch-cuda":
+            return int(sys.modules["torch"].cuda.current_stream().cuda_stream)
+        if self.kind == "cupy":
+            return int(sys.modules["cupy"].cuda.get_current_stream().ptr)
+        return 0
 
     def sync(self) -> None:
         if self.kind == "torch-cuda":
@@ -185,6 +200,7 @@ class Device:
             # One buffer per framework and process: a pre-started contestant makes it
             # before its job (warm_gpu_path), so no call pays for 100+ MB of allocation.
             buf = _FLUSH_BUFFERS[self.kind] = self._alloc_flush_buffer()
+        self.persisting_l2.reset(self.stream())
         buf.sum()  # a float32 view: one reduction reads every line
 
     def _alloc_flush_buffer(self) -> Any:

@@ -249,6 +249,7 @@ class ClockTimer(CallTimer):
         "cupy.cuda",
         "nsight_core.collectors.events",
         "nsight_core.collectors.window_guard",
+        "nsight_core.collectors.l2_persist",
         "nsight_core.collectors.timers.CallTimer",
         "nsight_core.collectors.timers.ClockTimer",
         "nsight_core.collectors.timers.TimedCall",

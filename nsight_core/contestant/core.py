@@ -245,6 +245,7 @@ class Contestant:
         ns: float | None = None
         kernels: list[KernelTiming] = []
         outside: list[str] = []
+        notes: list[str] = []
         late = TimedCall(None)  # what the timer saw after the window (timed calls only)
         try:
             if run is None:
@@ -261,6 +262,8 @@ class Contestant:
                 )
                 out, ns, kernels, outside = timed.out, timed.ns, timed.kernels, timed.outside
                 late = timed
+                if self.device is not None:  # read before any harness code runs on the GPU
+                    notes = self.device.persisting_l2.left_set(self.device.stream())
         except Exception as exc:
             return ReplyMsg(
                 nonce=msg.nonce,
@@ -298,6 +301,7 @@ class Contestant:
             after_parts=late.after_parts,
             latency_ns=late.latency_ns,
             integrity=changes,
+            notes=notes,
             device=self.device.name if self.device else None,
             host_s={
                 "inputs": t1 - t0,

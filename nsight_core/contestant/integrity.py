@@ -55,6 +55,8 @@ WATCHED_MODULES = (
     "nsight_core.collectors.events.StreamHold",
     "nsight_core.collectors.window_guard",
     "nsight_core.collectors.window_guard.WindowGuard",
+    "nsight_core.collectors.l2_persist",
+    "nsight_core.collectors.l2_persist.PersistingL2",
     "nsight_core.collectors.cupti",
     "nsight_core.collectors.cupti.CuptiTimer",
     "nsight_core.collectors.cupti.CuptiCallTimer",
@@ -80,6 +82,7 @@ WATCHED_MODULES = (
 DATA_MODULES = (
     "nsight_core.collectors.events",
     "nsight_core.collectors.window_guard",
+    "nsight_core.collectors.l2_persist",
     "nsight_core.collectors.timers",
     "nsight_core.collectors.cupti",
     "nsight_core.contestant.core",

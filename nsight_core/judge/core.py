@@ -375,6 +375,13 @@ class Judge:
                 SuspectEvent(annotation=target, reason=reason, in_process_only=in_process)
             )
 
+    def _name(self, annotation: str, notes: list[str]) -> None:
+        """What a call left set that the harness undid: named in its rows, no verdict."""
+        for note in notes[:4]:
+            if note not in self._suspects:  # once per job
+                self._suspects.add(note)
+                self.events.emit(SuspectEvent(annotation=annotation, reason=note, verdict=False))
+
     def _read(self, deadline: float | None = None) -> HelloMsg | ReplyMsg:
         assert self._chan is not None and self._proc is not None
         line = self._chan.recv_line(self._proc.alive, deadline)
@@ -458,6 +465,7 @@ class Judge:
                 "times are not this candidate's alone",
                 "",
             )
+        self._name(ann, reply.notes)
         if not reply.ok or reply.output is None:
             return reply, None
         t1 = time.perf_counter()

@@ -213,7 +213,8 @@ def apply_suspects(rows: list[Row], suspects: Sequence[SuspectEvent], evidence: 
     for s in suspects:
         if s.in_process_only and evidence != "in_process":
             continue
-        rows = [suspected(r, s.reason) if s.annotation in (None, r.Annotation) else r for r in rows]
+        mark = suspected if s.verdict else _noted
+        rows = [mark(r, s.reason) if s.annotation in (None, r.Annotation) else r for r in rows]
     return rows
 
 

@@ -29,6 +29,7 @@ def make(n):
 def double(x):
     return x * 2
 """
+CANDIDATE = "def twice(x):\n    return x + x\n"
 
 HOLDER = (
     "import pathlib, sys, time, torch; x = torch.ones(1 << 20, device='cuda');"
@@ -44,10 +45,11 @@ no descendant of the process that runs the job (ours are told apart by their par
 
 def _job(tmp: Path, name: str) -> tuple[list[str], list[list[str]]]:
     (tmp / "work.py").write_text(WORK)
+    (tmp / "cand.py").write_text(CANDIDATE)
     request = ProfileRequest.model_validate(
         {
             "reference": f"{tmp}/work.py:double",
-            "candidates": [f"{tmp}/work.py:double"],
+            "candidates": [f"{tmp}/cand.py:twice"],
             "inputs": f"{tmp}/work.py:make",
             "configs": [{"n": 1 << 20}],
             "backend": "events",

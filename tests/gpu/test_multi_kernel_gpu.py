@@ -27,19 +27,18 @@ def make(n):
 
 def through_float(a, b):
     return (a.float() @ b.float()).to(torch.bfloat16)
-
-def direct(a, b):
-    return a @ b
 """
+CANDIDATE = "def direct(a, b):\n    return a @ b\n"
 
 
 @pytest.mark.parametrize("backend", ["ncu", "cupti"])
 def test_a_multi_kernel_reference_is_timed_by_default(tmp_path: Path, backend: str) -> None:
     (tmp_path / "gemm.py").write_text(WORK)
+    (tmp_path / "cand.py").write_text(CANDIDATE)
     request = ProfileRequest.model_validate(
         {
             "reference": f"{tmp_path}/gemm.py:through_float",
-            "candidates": [f"{tmp_path}/gemm.py:direct"],
+            "candidates": [f"{tmp_path}/cand.py:direct"],
             "inputs": f"{tmp_path}/gemm.py:make",
             "configs": [{"n": 2048}],
             "backend": backend,
