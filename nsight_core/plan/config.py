@@ -33,7 +33,7 @@ STORE_ENV = "NSPY_MCP_STORE"
 MAX_RESULTS_ENV = "NSPY_MCP_STORE_MAX_RESULTS"
 MAX_AGE_DAYS_ENV = "NSPY_MCP_STORE_MAX_AGE_DAYS"
 
-JIT_CACHE_VARS = ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
+JIT_CACHE_VARS = ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCH_EXTENSIONS_DIR")
 """The JIT caches a job's processes keep between jobs (plan/job_plan.jit_cache_env)."""
 
 DEFAULT_IDLE_S = 600.0
@@ -62,7 +62,7 @@ class EngineConfig:
     pythonpath: str = ""
     """The server's PYTHONPATH, which its jobs' processes get after this package."""
     jit_caches: tuple[tuple[str, str], ...] = ()
-    """The caller's own TRITON_CACHE_DIR / CUDA_CACHE_PATH, which contestants use instead
+    """The caller's own JIT cache directories (`JIT_CACHE_VARS`), which contestants use instead
     of the shared defaults (plan/job_plan.jit_cache_env)."""
     profile_backend: str | None = None
     """The backend of a staged request's profile stage instead of the request's (ncu): for

@@ -145,8 +145,8 @@ def gpu_env(gpu: str | None) -> dict[str, str]:
 def jit_cache_env(config: EngineConfig) -> dict[str, str]:
     """Persistent JIT caches for jobs, whose HOME is a fresh private directory.
 
-    Without them every job would recompile its Triton kernels and re-JIT its PTX (seconds
-    per job). Contestants share one set (a caller's own settings win); the judge, which
+    Without them every job would recompile its Triton kernels, its `load_inline` extensions
+    (a minute each) and re-JIT its PTX. Contestants share one set (a caller's own settings win); the judge, which
     computes every expected output, gets caches of its own that no contestant can write,
     so a candidate that plants a compiled kernel under the reference's cache key cannot
     change an expected output in a later job (docs/correctness.md).
@@ -154,7 +154,8 @@ def jit_cache_env(config: EngineConfig) -> dict[str, str]:
     base = Path(user_cache_dir("nspy-mcp"))
     env = {}
     own = dict(config.jit_caches)
-    for var, sub in (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "cuda")):
+    caches = (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "cuda"))
+    for var, sub in (*caches, ("TORCH_EXTENSIONS_DIR", "torch_extensions")):
         shared = own.get(var) or str(base / sub)
         env[CONTESTANT_ENV_PREFIX + var] = shared
         env[var] = str(base / "judge" / sub)

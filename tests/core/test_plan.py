@@ -24,6 +24,9 @@ def test_a_jobs_environment_is_the_configs_whatever_the_process_holds_later(
     assert env["PYTHONPATH"].split(os.pathsep)[1:] == ["/site"]
     assert env[CONTESTANT_ENV_PREFIX + "TRITON_CACHE_DIR"] == str(triton)
     assert env["TRITON_CACHE_DIR"] != str(triton)  # the judge's cache is its own
+    # load_inline builds are kept between jobs too, apart for the judge
+    shared, judge = (env[p + "TORCH_EXTENSIONS_DIR"] for p in (CONTESTANT_ENV_PREFIX, ""))
+    assert Path(shared).is_dir() and Path(judge).is_dir() and shared != judge
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-1"
     assert triton.is_dir() and not (tmp_path / "other").exists()
 

@@ -65,7 +65,12 @@ SHARED_MEMORY_DIRS = ("/dev/shm",)
 writing (CUDA IPC's and torch's reference counts of a tensor shared by another process),
 but nothing may be created, removed or renamed: a file a job left there would outlive the
 job and reach the next one."""
-CACHE_DIR_VARS = ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR")
+CACHE_DIR_VARS = (
+    "TRITON_CACHE_DIR",
+    "CUDA_CACHE_PATH",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TORCH_EXTENSIONS_DIR",
+)
 """Cache directories the server's environment may name; `default_fs_access` makes them
 writable so JIT caches keep working."""
 
