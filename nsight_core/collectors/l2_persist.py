@@ -46,6 +46,9 @@ class PersistingL2:
     _reset: Any = field(default=None, repr=False)
     _get_attr: Any = field(default=None, repr=False)
     _set_attr: Any = field(default=None, repr=False)
+    _armed: bool = field(default=False, repr=False)
+    """Set by `reset`: only a call that began with nothing set can be said to have set it
+    (under ncu the harness does not reset, and ncu sets the limit itself)."""
 
     def bind(self) -> None:
         """Take the driver's functions now, before job code runs; harmless without CUDA."""
@@ -79,7 +82,11 @@ class PersistingL2:
         return int(ctypes.c_size_t.from_buffer(buf, ctypes.sizeof(ctypes.c_void_p)).value)
 
     def left_set(self, stream: int) -> list[str]:
-        """What a call left set, named for its Reasons (read right after its window)."""
+        """What a call left set, named for its Reasons (read right after its window); nothing
+        unless `reset` ran before the call."""
+        if not self._armed:
+            return []
+        self._armed = False
         found = []
         limit = self._limit()
         if limit:
@@ -105,6 +112,7 @@ class PersistingL2:
         if limit:
             self._set(LIMIT_PERSISTING_L2, 0)
         self._reset()
+        self._armed = True
         if self._window(stream):
             self._set_attr(
                 ctypes.c_void_p(stream),

@@ -37,7 +37,7 @@ HOLDER = (
 )
 LAUNCHER = (
     "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]],"
-    " start_new_session=True); print(p.pid)"
+    " start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"
 )
 """The holder is started by a process that ends at once: like another user's process, it is
 no descendant of the process that runs the job (ours are told apart by their parent links)."""
