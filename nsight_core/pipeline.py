@@ -30,6 +30,7 @@ from nsight_core.host.contention import TenantWatch, host_load
 from nsight_core.judge.in_flight import killed_in_flight
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
+from nsight_core.plan.request_defaults import resolve_defaults
 from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import (
     SandboxLimits,
@@ -135,6 +136,7 @@ def run_profile_job(
     created = iso(utc_now())
     job_dir = Path(job_dir)
     try:
+        request = resolve_defaults(request)
         preflight(request)
         plan = plan_job(request, job_dir, config or EngineConfig.from_env(), gpu=gpu)
     except NsightCoreError as err:

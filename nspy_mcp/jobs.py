@@ -41,6 +41,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass
+from nsight_core.plan.request_defaults import resolve_defaults
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -80,7 +81,9 @@ class JobQueue:
     # -- submitting and following --------------------------------------------------------
 
     async def submit(self, request: ProfileRequest) -> Job:
-        """Check the request, register it and start it; raises NsightCoreError if refused."""
+        """Fill what the request leaves out (its backend, a GPU MODE task's tests), check it,
+        register it and start it; raises NsightCoreError if refused."""
+        request = await anyio.to_thread.run_sync(resolve_defaults, request)
         want = await self._executor.check(request)
         placeholder = await anyio.to_thread.run_sync(self._store.create, request)
         job = Job(

@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
+from nsight_core.host.probe import probe_environment
 from nspy_mcp.server import build_server
 
 pytestmark = [pytest.mark.anyio]
@@ -174,6 +175,9 @@ tests:
 
 benchmarks:
   - {"rows": 256, "cols": 1024, "seed": 31232}
+
+test_timeout: 100
+benchmark_timeout: 120
 """
 
 
@@ -287,3 +291,36 @@ async def test_a_gpu_mode_task_runs_as_it_is_and_its_own_check_decides(tmp_path:
         assert "elements differ" in replay["Error"]
     compared = {c["Annotation"] for c in result["comparisons"] if c["Speedup"] is not None}
     assert compared == {"submission.py:custom_kernel"}
+
+
+async def test_a_gpu_mode_task_named_alone_runs_its_tests_and_benchmarks_on_a_backend_that_works(
+    tmp_path: Path,
+) -> None:
+    """No configs, no backend, no time limit: as a user of the task's own files writes it."""
+    work = write(
+        tmp_path / "biased_cumsum",
+        {
+            "task.py": TASK_PY,
+            "utils.py": UTILS_PY,
+            "reference.py": REFERENCE_PY,
+            "submission.py": SUBMISSION_PY,
+            "task.yml": TASK_YML,
+        },
+    )
+    request = {
+        "reference": "reference.py:ref_kernel",
+        "candidates": ["submission.py:custom_kernel"],
+        "workdir": str(work),
+        "runs": 3,
+    }
+    result, ran = await profile(tmp_path / "store", request)
+
+    assert result["status"] == "done", result["message"]
+    want = task_tests(work / "task.yml", "tests") + task_tests(work / "task.yml", "benchmarks")
+    assert ran["configs"] == want and len(want) == 3
+    assert ran["time_limit_s"] == 120.0  # the task's benchmark_timeout
+    available = probe_environment().backend
+    expected = next((b for b in ("ncu", "cupti") if available(b).available), "events")
+    assert ran["backend"] == expected == result["provenance"]["backend"]
+    checks = [c for c in result["correctness"] if c["Annotation"] == "submission.py:custom_kernel"]
+    assert sorted(c["ConfigId"] for c in checks) == [0, 1, 2] and all(c["Passed"] for c in checks)
