@@ -5,7 +5,8 @@ schema), calls nsight_core or the job queue, and returns a model. The rest lives
 named for it: `tool_server` (the state tools read, the MCPServer they run on), `answers`
 (compact, narrowed answers with the next step), `links` (where a result's full data is),
 `tool_errors` (errors an agent can fix, class first; the unknown-argument middleware),
-`tasks` (the MCP tasks extension), `resources` and `prompts`. The job queue lives in the
+`tasks` (the MCP tasks extension), `skills` (the loop as an Agent Skill, the skills
+extension), `resources` and `prompts`. The job queue lives in the
 lifespan (one per connection in memory, one per process over stdio and HTTP); the store
 lives with the server, so results outlive both.
 """
@@ -68,6 +69,7 @@ from nspy_mcp.links import result_links
 from nspy_mcp.prompts import register_prompt
 from nspy_mcp.resources import register_resources
 from nspy_mcp.schemas import OutputPolicy
+from nspy_mcp.skills import SkillsExtension
 from nspy_mcp.tasks import TasksExtension, task_slot
 from nspy_mcp.tool_errors import corrupt_error, reject_unknown_arguments, tool_error
 from nspy_mcp.tool_server import AppState, ToolServer, progress_sink, state_of
@@ -469,7 +471,7 @@ def build_server(
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
         log_level="WARNING",
-        extensions=[TasksExtension()],
+        extensions=[TasksExtension(), SkillsExtension()],
     )
     server.middleware.append(reject_unknown_arguments(server))
     server.register_tool(

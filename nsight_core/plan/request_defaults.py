@@ -115,7 +115,7 @@ def resolve_defaults(
     given = request.model_fields_set
     if not {"backend", "metrics"} & given and request.stages is None:
         if probe is None:
-            from nsight_core.host.probe import probe_environment
+            from nsight_core.host.probe import probe_environment  # lazy: probes only when asked
 
             probe = probe_environment
         update["backend"] = pick_backend(probe())
