@@ -158,6 +158,12 @@ class CheckSpec(_Strict):
         strict=True,
         description="Call each candidate twice on the same inputs; fail if results differ.",
     )
+    regimes: bool = Field(
+        True,
+        strict=True,
+        description="Also check each candidate, untimed, on inputs scaled x1e-3 and x64, "
+        "negated and heavy-tailed, where the reference allows.",
+    )
 
 
 class KernelsSpec(_Strict):
@@ -266,7 +272,8 @@ class ProfileRequest(_Strict):
     )
     backend: Backend = Field(
         "ncu",
-        description="'ncu' (any metric), 'cupti' (kernel durations), 'events' (event/host time).",
+        description="'ncu' (any metric), 'cupti' (kernel durations), 'events' (event/host time); "
+        "left out with no metrics: the first that works here.",
     )
     check: CheckSpec = Field(default=CheckSpec())
     kernels: KernelsSpec = Field(default=KernelsSpec())

@@ -53,6 +53,15 @@ from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.guard import BoundTools, CandidateImportGuard
 from nsight_core.judge.in_flight import InFlight
 from nsight_core.judge.probes import DECOY_ATTEMPTS, Extra, ProbePlan, draw_plan, make_decoy
+from nsight_core.judge.regimes import (
+    ConfigRegimes,
+    Nominal,
+    Regime,
+    RegimeCheck,
+    RegimePlan,
+    nominal_of,
+)
+from nsight_core.judge.regimes import applies as regimes_apply
 from nsight_core.judge.verdict import (
     Tally,
     TrivialBound,
@@ -151,6 +160,8 @@ class _ConfigState:
     """Per annotation, its repeats and decoys (`_probe_plan`, judge/probes.py)."""
     draw: Inputs | None = None
     """A fresh draw of the config's inputs that decoys take their changed values from."""
+    regimes: ConfigRegimes | None = None
+    """The candidates' calls on inputs beyond the nominal regime (judge/regimes.py)."""
     after: dict[str, list[tuple[float | None, float | None]]] = field(default_factory=dict)
     """Per annotation, each timed call's (time, work after its window), for `late_work`."""
     after_parts: dict[str, list[dict[str, float]]] = field(default_factory=dict)
@@ -203,6 +214,8 @@ class Judge:
         self.current: tuple[str, int | None, int | None] = ("<contestant>", None, None)
         self._bounds: dict[int, TrivialBound | None] = {}
         """Per config, the trivial-answer bound of its first expected output (both passes)."""
+        self._nominals: dict[int, Nominal] = {}
+        """Per config, its first expected output's magnitudes, for the regimes' tolerances."""
         self._asked: dict[int, Discrimination] = {}
         self._blind: dict[int, str] = {}
         """Per config, whether its check can tell work from no work (discrimination.py),
@@ -526,17 +539,28 @@ class Judge:
                                 total=total,
                             )
                         )
-            if any(plan.post for plan in st.probes.values()):
-                with self.phase("check"):  # after every annotation's last timed run
-                    for ann, plan in st.probes.items():
-                        for extra in list(plan.post):
-                            self._extra(st, ann, plan, extra)
+            self._after_timed_runs(st)
         except _ReferenceFailed as exc:
             self.events.emit(exc.failure)
             return False
         finally:
             self._report_config(st)
         return True
+
+    def _after_timed_runs(self, st: _ConfigState) -> None:
+        """The untimed extras and regime calls due after every annotation's last timed run."""
+        regimes = st.regimes.plans if st.regimes is not None else {}
+        if not any(p.post for p in st.probes.values()) and not any(
+            p.post for p in regimes.values()
+        ):
+            return
+        with self.phase("check"):
+            for ann, plan in st.probes.items():
+                for extra in list(plan.post):
+                    self._extra(st, ann, plan, extra)
+            for ann, due in regimes.items():
+                for regime in due.post:
+                    self._regime(st, ann, regime)
 
     @property
     def untimed_calls(self) -> int:
@@ -560,6 +584,8 @@ class Judge:
         if not st.bound_known:
             st.bound = self._bounds[st.cid] = trivial_bound(out, inputs, spec.atol, spec.rtol)
             st.bound_known = True
+            if spec.regimes:
+                self._nominals[st.cid] = nominal_of(out)
             # The physical floor: bytes in and out, once per config.
             self.events.emit(
                 FloorEvent(config_id=st.cid, bytes_in=nbytes_of(inputs), bytes_out=nbytes_of(out))
@@ -582,8 +608,10 @@ class Judge:
 
     def _one(self, st: _ConfigState, ann: str, run: int | None) -> None:
         """One fresh call of ``ann`` (timed when ``run`` is given), then the untimed
-        repeats and decoys its plan puts right after it (judge/probes.py)."""
+        repeats and decoys its plan puts right after it (judge/probes.py), and the regime
+        calls (judge/regimes.py)."""
         plan = self._probe_plan(st, ann)
+        regimes = self._regime_plan(st, ann)
         try:
             inputs = self.make_inputs(st.config)
             expected = self._expect(st, inputs)
@@ -591,13 +619,15 @@ class Judge:
             failure = failure_event(self.req.reference, "check", exc, config_id=st.cid)
             raise _ReferenceFailed(failure) from exc
         actual = self._checked_call(st, ann, run, inputs, expected)
-        if plan is None:
-            return
-        plan.fresh += 1
-        if plan.fresh in plan.sources and ann in st.alive:
-            plan.kept[plan.fresh] = (inputs, actual)
-        for extra in list(plan.after.get(plan.fresh, [])):
-            self._extra(st, ann, plan, extra)
+        if plan is not None:
+            plan.fresh += 1
+            if plan.fresh in plan.sources and ann in st.alive:
+                plan.kept[plan.fresh] = (inputs, actual)
+            for extra in list(plan.after.get(plan.fresh, [])):
+                self._extra(st, ann, plan, extra)
+        if regimes is not None:
+            for regime in regimes.next_fresh():
+                self._regime(st, ann, regime)
 
     def _extra(self, st: _ConfigState, ann: str, plan: ProbePlan, extra: Extra) -> None:
         """One untimed repeat (the earlier output, which passed, stands in for the expected
@@ -644,9 +674,11 @@ class Judge:
         inputs: Inputs,
         expected: Any,
         same_as: Any = None,
+        regime: RegimeCheck | None = None,
     ) -> Any:
         """The call, its verdict (and, for a repeat, ``same_as``: the output it must give
-        again), its timed events; its output, or None when it failed."""
+        again; for a regime call, ``regime``: its tolerance, and the name its failures
+        carry), its timed events; its output, or None when it failed."""
         reply, actual = self.call(ann, st.cid, run, inputs, expected)
         if not reply.ok:
             failure = reply.failure or FailureEvent(
@@ -656,7 +688,10 @@ class Judge:
                 message="the call failed without a report",
             )
             if run is None:
-                st.errors[ann] = failure.model_copy(update={"phase": "check", "config_id": st.cid})
+                named = regime.label(failure.message) if regime is not None else failure.message
+                st.errors[ann] = failure.model_copy(
+                    update={"phase": "check", "config_id": st.cid, "message": named}
+                )
                 st.alive.discard(ann)
             else:
                 st.pending[ann] += [
@@ -666,7 +701,12 @@ class Judge:
             return None
         if self.req.check.enabled:
             tally = st.tallies[ann]
-            self._judge(tally, expected, reply, actual, st.bound, inputs)
+            if regime is None:
+                self._judge(tally, expected, reply, actual, st.bound, inputs)
+            else:
+                sub = Tally()
+                self._judge(sub, expected, reply, actual, st.bound, inputs, by=regime.judge)
+                regime.fold(tally, sub)
             if same_as is not None and tally.passed:
                 t0 = time.perf_counter()
                 if not same_result(same_as, actual).passed:
@@ -686,6 +726,51 @@ class Judge:
                 st.after_parts.setdefault(ann, []).append(reply.after_parts)
             st.pending[ann] += self._gpu.take(key)
         return actual
+
+    def _regime_plan(self, st: _ConfigState, ann: str) -> RegimePlan | None:
+        """``ann``'s regime calls on this config, drawn on its first call (regimes.py); None
+        for the reference, where they are off, on a config whose check cannot discriminate
+        (its verdict says so already) and where a GPU MODE task's check judges."""
+        spec = self.req.check
+        nominal = self._nominals.get(st.cid)
+        if (
+            not (spec.enabled and spec.regimes)
+            or ann == self.req.reference
+            or nominal is None
+            or st.cid in self._blind
+            or not regimes_apply()
+        ):
+            return None
+        if st.regimes is None:
+            st.regimes = ConfigRegimes(st.cid, nominal)
+        return st.regimes.plan(ann, self._rng, self.untimed_calls)
+
+    def _regime(self, st: _ConfigState, ann: str, regime: Regime) -> None:
+        """One untimed call of ``ann`` on a fresh draw of the inputs in ``regime``, checked
+        against the reference's output on them; none where the regime changes no input or
+        the reference does not allow it (then the job's notes say so, once)."""
+        rs = st.regimes
+        if rs is None or ann not in st.alive or not st.tallies[ann].passed:
+            return
+        if regime.name in rs.refused:
+            return
+        t0 = time.perf_counter()
+        try:
+            if st.draw is None:
+                st.draw = self.make_inputs(st.config)
+            made = rs.inputs(regime, self.make_inputs(st.config), st.draw, self._rng)
+        except Exception as exc:
+            failure = failure_event(self.req.reference, "check", exc, config_id=st.cid)
+            raise _ReferenceFailed(failure) from exc
+        expected, why = None, None
+        if made is not None:
+            expected, why = rs.expected(regime, made.inputs, self._reference_output)
+        self.judge_s += time.perf_counter() - t0
+        if why is not None:
+            self.notes.append(why)
+        if made is None or why is not None:
+            return
+        self._checked_call(st, ann, None, made.inputs, expected, regime=rs.check(regime, made))
 
     def _probe_plan(self, st: _ConfigState, ann: str) -> ProbePlan | None:
         """``ann``'s repeats and decoys on this config, drawn from the judge's secret
@@ -707,7 +792,9 @@ class Judge:
         actual: Any,
         bound: TrivialBound | None,
         inputs: Inputs,
+        by: Callable[..., None] = judge_output,
     ) -> None:
+        """``by``: the comparison of values (`judge_output`; a regime's own, regimes.py)."""
         for reason in reply.reasons:
             tally.fail(reason)
         assert reply.output is not None
@@ -721,9 +808,7 @@ class Judge:
             tally.fail(f"output mismatch: {actual.why}")
             return
         spec = self.req.check
-        judge_output(
-            tally, expected, actual, atol=spec.atol, rtol=spec.rtol, bound=bound, inputs=inputs
-        )
+        by(tally, expected, actual, atol=spec.atol, rtol=spec.rtol, bound=bound, inputs=inputs)
 
     def _report_config(self, st: _ConfigState) -> None:
         check = self.req.check.enabled

@@ -29,6 +29,7 @@ from typing import Any
 
 _OWN_MODULES = (
     "nsight_core.judge.verdict",
+    "nsight_core.judge.regimes",
     "nsight_core.judge.core",
     "nsight_core.runtime.compare",
     "nsight_core.runtime.check",

@@ -21,6 +21,7 @@ from nsight_core.judge.probes import (
     near_repeat,
 )
 from nsight_core.judge.probes import draw_plan as plan_of
+from nsight_core.judge.regimes import REGIMES
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
 from nsight_core.request import ProfileRequest
@@ -214,7 +215,7 @@ def test_no_repeat_or_decoy_is_ever_timed(tmp_path: Path) -> None:
     assert result.status == "done", result.message
     calls = Counter(log.read_text().splitlines())
     assert calls == {
-        "untimed fresh": 1,
+        "untimed fresh": 1 + len(REGIMES),  # the warm-up, then one call per input regime
         "timed fresh": 5,
         "untimed repeat": REPEATS_PER_CONFIG,
         "untimed near": REPEATS_PER_CONFIG,

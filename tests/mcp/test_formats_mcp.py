@@ -234,6 +234,10 @@ async def test_a_kernelbench_problem_and_modelnew_files_run_as_they_are(tmp_path
         "workdir": str(work),
         "backend": "events",
         "runs": 3,
+        # `nearly` is off by a constant 5e-5, half KernelBench's atol: a boundary of the
+        # nominal check. At inputs x1e-3 the scaled atol refuses that offset, rightly for a
+        # kernel but not what this test is about (tests/core/test_regimes.py is).
+        "check": {"regimes": False},
     }
     result, ran = await profile(tmp_path / "store", request)
 
