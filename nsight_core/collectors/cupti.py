@@ -48,7 +48,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from nsight_core.annotation import RegionTiming
 from nsight_core.collectors.base import register
 from nsight_core.collectors.cupti_samples import CuptiBackend
-from nsight_core.collectors.events import Device, sync_all
+from nsight_core.collectors.events import Device, Settle, sync_all
 from nsight_core.collectors.kernel_names import kernel_name, launch_label
 from nsight_core.collectors.timers import REPLY_PATH, CallTimer, TimedCall
 from nsight_core.errors import ErrorClass, NsightCoreError
@@ -388,17 +388,21 @@ class CuptiTimer:
         return kernels, apis, copies
 
     def time_call(
-        self, device: Device | None, fn: Callable[[], Any]
+        self, device: Device | None, fn: Callable[[], Any], settle: Settle | None = None
     ) -> tuple[Any, float, list[KernelSpan]]:
-        """Run ``fn`` once: (its result, host-inclusive ns, its kernels in start order)."""
+        """Run ``fn`` once: (its result, settled; host-inclusive ns, its kernels in order)."""
         t0 = self.open_window(device)
-        out = fn()
-        snap: list[Any] = []
-        # The output as the window left it, copied before CUPTI's flush gives a thread that
-        # still writes it time to finish; the contestant compares it with the delivered one.
-        ns, spans = self.close_window(t0, lambda: snap.append(snapshot_inputs(((out,), {}))))
-        self.snapshot = snap[0] if snap else None
-        return out, ns, spans
+        got = [fn()]
+        # The output as the window left it (settled: contestant/call_guard.py), copied before
+        # CUPTI's flush gives a thread that still writes it time to finish; the contestant
+        # compares it with the delivered one.
+        self.snapshot = None
+        ns, spans = self.close_window(t0, lambda: self._snap(got, settle))
+        return got[0], ns, spans
+
+    def _snap(self, got: list[Any], settle: Settle | None) -> None:
+        got[0] = got[0] if settle is None else settle(got[0])
+        self.snapshot = snapshot_inputs(((got[0],), {}))
 
     def open_window(self, device: Device | None) -> int:
         """Start a timed window (after the L2 flush, when a device is given); its CUPTI
@@ -502,8 +506,10 @@ class CuptiCallTimer(CallTimer):
         notes = [] if api_filter in ("", "launches") else [f"cupti: {api_filter}"]
         return notes + ([f"cupti: {copies}"] if copies else [])
 
-    def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
-        out, ns, spans = self._timer.time_call(device, fn)
+    def time_call(
+        self, device: Device, key: RunKey, fn: Callable[[], Any], settle: Settle | None = None
+    ) -> TimedCall:
+        out, ns, spans = self._timer.time_call(device, fn, settle)
         kernels = [_timing(k) for k in spans]
         snapshot, self._timer.snapshot = self._timer.snapshot, None
         return TimedCall(out, ns, kernels, self._timer.outside[:8], snapshot=snapshot)

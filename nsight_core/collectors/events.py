@@ -54,6 +54,11 @@ OUTPUT_CHANGED = (
 """The finding when the output, once in the judge's slot, differs from the copy taken as
 the window closed: a call's output must be complete when it returns (`output_changed`)."""
 
+Settle = Callable[[Any], Any]
+"""Hands the harness a call's output as its window left it (`contestant.call_guard`): a
+timer that reads the output before returning it calls this first, right after its end read,
+so no code of the candidate's runs when the timer's snapshot reads it."""
+
 L2_FLUSH_FACTOR = 2
 """Read twice the L2 size so no line of the previous call's data survives.
 
@@ -246,7 +251,11 @@ class Device:
         return out, float(cupy.cuda.get_elapsed_time(start, end)) * 1e6
 
     def time_checked(
-        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None, who: str = ""
+        self,
+        fn: Callable[[], Any],
+        prelude: Callable[[], None] | None = None,
+        who: str = "",
+        settle: Settle | None = None,
     ) -> Checked:
         """Run ``fn`` once as a timed call; its time, and what the timer saw after the window.
 
@@ -256,25 +265,31 @@ class Device:
         harness's stream, and the window is guarded (`WindowGuard`). ``prelude`` (the
         inputs' unmasking) runs on the harness's stream behind the hold there, so the inputs
         can be read only once the window's start is queued; elsewhere right before the
-        clock starts.
+        clock starts. ``settle`` runs right after the window's end, before the snapshot.
         """
         if self.kind == "torch-cuda":
-            return self._time_guarded(fn, prelude, who)
+            return self._time_guarded(fn, prelude, who, settle)
         if prelude is not None:
             prelude()
             self.sync()
         if self.kind == "cupy":
             out, ns = self.time_call(fn, who)
+            out = settle(out) if settle is not None else out
             return Checked(out, ns, snapshot=snapshot_inputs(((out,), {})))
         before = set(threading.enumerate())
         out, ns = self.time_call(fn, who)
         t_ret = time.perf_counter_ns()
+        out = settle(out) if settle is not None else out
         snap = snapshot_inputs(((out,), {}))  # before anything else touches it
         born = [t for t in threading.enumerate() if t not in before]
         return Checked(out, ns, ns, snap, {"thread": outlived(born, t_ret)})
 
     def _time_guarded(
-        self, fn: Callable[[], Any], prelude: Callable[[], None] | None = None, who: str = ""
+        self,
+        fn: Callable[[], Any],
+        prelude: Callable[[], None] | None = None,
+        who: str = "",
+        settle: Settle | None = None,
     ) -> Checked:
         torch = sys.modules["torch"]
         self.sync()
@@ -298,6 +313,7 @@ class Device:
         end.record()
         t_ret = time.perf_counter_ns()
         self.stream_hold.launched(float(t_ret - t0), held, who)  # it covers the waits too
+        out = settle(out) if settle is not None else out  # host time, counted as such below
         t_copy = time.perf_counter_ns()
         copy_start.record()
         snap = snapshot_inputs(((out,), {}))  # the output as the window left it

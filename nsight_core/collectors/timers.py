@@ -21,7 +21,7 @@ from typing import Any, ClassVar, get_args
 
 from nsight_core.annotation import RegionTiming, end_range, start_range
 from nsight_core.collectors.base import Backend, ChildTimer, TamperScope
-from nsight_core.collectors.events import Device, output_changed, start_timer, sync_all
+from nsight_core.collectors.events import Device, Settle, output_changed, start_timer, sync_all
 from nsight_core.protocol import KernelTiming, RunKey, untimed_range_name
 
 TIMER_KINDS: tuple[str, ...] = get_args(ChildTimer)
@@ -120,8 +120,11 @@ class CallTimer(ABC):
         return []
 
     @abstractmethod
-    def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
-        """Run ``fn`` once as the timed call ``key``."""
+    def time_call(
+        self, device: Device, key: RunKey, fn: Callable[[], Any], settle: Settle | None = None
+    ) -> TimedCall:
+        """Run ``fn`` once as the timed call ``key``. A timer that reads the output before
+        returning it (a snapshot) hands it to ``settle`` first, right after its end read."""
 
     def timed_call(
         self,
@@ -130,21 +133,27 @@ class CallTimer(ABC):
         nonce: str,
         fn: Callable[[], Any],
         prelude: Callable[[], None] | None = None,
+        settle: Settle | None = None,
     ) -> TimedCall:
         """Run ``fn`` once as the timed call ``key``, which the judge sent with ``nonce``.
         ``prelude`` (the inputs' unmasking) runs first; a timer that holds the device's
         stream runs it behind the hold, so the inputs are readable only once the window
-        opens."""
+        opens. ``settle``: as in `time_call`."""
         if prelude is not None:
             prelude()
-        return self._timed_named(device, key, nonce, fn)
+        return self._timed_named(device, key, nonce, fn, settle)
 
     def _timed_named(
-        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
+        self,
+        device: Device,
+        key: RunKey,
+        nonce: str,
+        fn: Callable[[], Any],
+        settle: Settle | None = None,
     ) -> TimedCall:
         """The timed call, its inputs readable: only a timer whose ranges a profiler reads
         names the call by ``nonce``."""
-        return self.time_call(device, key, fn)
+        return self.time_call(device, key, fn, settle)
 
     def untimed_call(
         self, annotation: str, config_id: int, nonce: str, fn: Callable[[], Any]
@@ -194,11 +203,19 @@ class RangeTimer(CallTimer):
     def start(self) -> None:
         import nvtx  # noqa: F401  (loaded now, so no profiled call pays for the import)
 
-    def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
+    def time_call(
+        self, device: Device, key: RunKey, fn: Callable[[], Any], settle: Settle | None = None
+    ) -> TimedCall:
+        # The output is not read here: the caller settles it once the range has ended.
         return self._in_range(key.range_name(), fn)
 
     def _timed_named(
-        self, device: Device, key: RunKey, nonce: str, fn: Callable[[], Any]
+        self,
+        device: Device,
+        key: RunKey,
+        nonce: str,
+        fn: Callable[[], Any],
+        settle: Settle | None = None,
     ) -> TimedCall:
         # The nonce is the judge's for this call: a range of this name that the judge did
         # not issue, or out of the order it issued them, is forged (collectors/ranges.py).
@@ -259,9 +276,11 @@ class ClockTimer(CallTimer):
     def __init__(self) -> None:
         self._time_call = Device.time_checked  # bound before any candidate can rebind it
 
-    def time_call(self, device: Device, key: RunKey, fn: Callable[[], Any]) -> TimedCall:
+    def time_call(
+        self, device: Device, key: RunKey, fn: Callable[[], Any], settle: Settle | None = None
+    ) -> TimedCall:
         """The window, and what ran after it (`window_guard.WindowGuard`, collectors/late.py)."""
-        return self._timed(device, fn, None, key.annotation)
+        return self._timed(device, fn, None, key.annotation, settle)
 
     def timed_call(
         self,
@@ -270,9 +289,10 @@ class ClockTimer(CallTimer):
         nonce: str,
         fn: Callable[[], Any],
         prelude: Callable[[], None] | None = None,
+        settle: Settle | None = None,
     ) -> TimedCall:
         # The unmasking runs behind the stream hold (`Device.time_checked`), not before it.
-        return self._timed(device, fn, prelude, key.annotation)
+        return self._timed(device, fn, prelude, key.annotation, settle)
 
     def _timed(
         self,
@@ -280,9 +300,10 @@ class ClockTimer(CallTimer):
         fn: Callable[[], Any],
         prelude: Callable[[], None] | None,
         who: str,
+        settle: Settle | None = None,
     ) -> TimedCall:
         # Each annotation's stream hold follows its own launches (`events.StreamHold`).
-        got = self._time_call(device, fn, prelude, who)
+        got = self._time_call(device, fn, prelude, who, settle)
         return TimedCall(
             got.out,
             got.ns,

@@ -7,7 +7,9 @@ to import, how to confine itself), so it can be started before the job exists. I
 the reference, later the candidates, and then obeys: for each call message it makes
 new arrays from the judge's slots, calls the annotation (inside an NVTX range named by
 `RunKey` when an external profiler measures, or timed by the backend's clock), copies the
-output into the judge's output slots and replies. It decides nothing: it never sees a seed,
+output into the judge's output slots and replies; each call runs under its guard
+(call_guard.py), so no code of the candidate's runs between the call's return and that copy.
+It decides nothing: it never sees a seed,
 an expected output or the run plan, and every number it reports is an in-process screen.
 
 Before any candidate is imported it imports the frameworks that are installed (so a
@@ -36,6 +38,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from nsight_core.collectors.events import Device, detect_device, sync_all
 from nsight_core.collectors.timers import TIMER_KINDS, CallTimer, TimedCall, call_timer
+from nsight_core.contestant.call_guard import CallGuard, Guarded
 from nsight_core.contestant.function_mode import function_main
 from nsight_core.contestant.integrity import Watch, harness_module_names, shadowing_files
 from nsight_core.contestant.triton_prep import TritonPrep
@@ -100,6 +103,7 @@ class Contestant:
         self.device: Device | None = None
         # Bound before any candidate code runs; integrity.py watches them for rebinding.
         self._perf_counter_ns = time.perf_counter_ns
+        self.guard = CallGuard()  # so are the guard's switches (call_guard.py)
         self.watch = Watch()
         self._harness = harness_module_names()  # made before any user code is imported
         self._sock: socket.socket | None = None
@@ -190,6 +194,7 @@ class Contestant:
             if isinstance(msg, LoadMsg):
                 self._join_prep()  # its imports end before the watch's snapshot
                 self.watch.snapshot()  # what the reference's calls imported (cupy, triton)
+                self.guard.bind()  # and its arrays, if they take attributes (cupy)
                 # The timing path's state (timer, device, flush buffer), as candidates find it.
                 self.watch.watch_state(self, volatile=("startup_s",))
                 self._send(self._load_untimed(self.job.annotations[1:]))
@@ -207,6 +212,15 @@ class Contestant:
         self._sock.sendall(msg.model_dump_json().encode() + b"\n")
 
     def call(self, msg: CallMsg) -> ReplyMsg:
+        # Nothing of the candidate's may run between its call's return and the moment the
+        # output is in the judge's slot (call_guard.py): the collector is off until then.
+        guard = self.guard.open()
+        try:
+            return self._call(msg, guard)
+        finally:
+            guard.release()
+
+    def _call(self, msg: CallMsg, guard: Guarded) -> ReplyMsg:
         t0 = time.monotonic()
         fn = self.fns[msg.annotation]
         run = msg.run
@@ -247,18 +261,18 @@ class Contestant:
         outside: list[str] = []
         notes: list[str] = []
         late = TimedCall(None)  # what the timer saw after the window (timed calls only)
+        call = guard.wrap(lambda: fn(*args, **kwargs))  # its tail runs inside the window
         try:
             if run is None:
-                out = self.timer.untimed_call(
-                    msg.annotation, msg.config_id, msg.nonce, lambda: fn(*args, **kwargs)
-                )
+                out = self.timer.untimed_call(msg.annotation, msg.config_id, msg.nonce, call)
             else:
                 timed = self.timer.timed_call(
                     self.device,
                     RunKey(msg.annotation, msg.config_id, run),
                     msg.nonce,
-                    lambda: fn(*args, **kwargs),
+                    call,
                     self.slots.unmask,  # the inputs become readable as the window opens
+                    settle=guard.settle,  # right after the window's end, before its snapshot
                 )
                 out, ns, kernels, outside = timed.out, timed.ns, timed.kernels, timed.outside
                 late = timed
@@ -273,8 +287,14 @@ class Contestant:
                 ),
                 integrity=self._new_changes(),
             )
+        # The output and inputs as the window left them (already, where the timer read the
+        # output), before any check reads them; what the guard named fails the call.
+        out = guard.settle(out)
+        args, kwargs = guard.settle_inputs(args, kwargs)
+        if own is not None:
+            own = {name: _roots(args, kwargs)[name] for name in own}
         t2 = time.monotonic()
-        reasons: list[str] = []
+        reasons: list[str] = [*guard.findings]
         # Profiled under ncu until the reply: the output slot is the judge's to read only
         # then, so no work meanwhile may go unseen.
         with self.timer.harness(msg.annotation, msg.config_id, run, msg.nonce):
@@ -318,9 +338,14 @@ def _copied_roots(ids: set[int], args: Any, kwargs: dict[str, Any]) -> dict[str,
     their slots); None when none does."""
     if not ids:  # the common case: every array is a view of its slot
         return None
-    roots = {f"args[{i}]": v for i, v in enumerate(args)} | {str(k): v for k, v in kwargs.items()}
+    roots = _roots(args, kwargs)
     own = {name: v for name, v in roots.items() if any(id(x) in ids for x in leaves(v))}
     return own or None
+
+
+def _roots(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments by name (``args[1]``, ``x``)."""
+    return {f"args[{i}]": v for i, v in enumerate(args)} | {str(k): v for k, v in kwargs.items()}
 
 
 def _from_user_code(exc: BaseException) -> BaseException:

@@ -68,6 +68,9 @@ WATCHED_MODULES = (
     "nsight_core.annotation",
     "nsight_core.contestant.core",
     "nsight_core.contestant.core.Contestant",
+    "nsight_core.contestant.call_guard",
+    "nsight_core.contestant.call_guard.CallGuard",
+    "nsight_core.contestant.call_guard.Guarded",
     "nsight_core.contestant.integrity",
     "nsight_core.contestant.integrity.Watch",
     "nsight_core.protocol",
@@ -86,6 +89,7 @@ DATA_MODULES = (
     "nsight_core.collectors.timers",
     "nsight_core.collectors.cupti",
     "nsight_core.contestant.core",
+    "nsight_core.contestant.call_guard",
     "nsight_core.contestant.integrity",
 )
 """Our timing modules, whose plain data is watched too (`Watch.watch_state`): nothing in them
