@@ -65,7 +65,7 @@ from nsight_core.protocol import (
     ReplyMsg,
     RunKey,
 )
-from nsight_core.runtime.check import aliased, mutated, snapshot_inputs
+from nsight_core.runtime.check import aliased, mutated, self_overlapping, snapshot_inputs
 from nsight_core.runtime.exchange import SlotTable
 from nsight_core.runtime.leaves import leaves
 from nsight_core.runtime.loader import load_callable
@@ -302,6 +302,8 @@ class Contestant:
                 reasons += [f"mutated input {name}" for name in mutated(snap, own)]
             if self.job.check_aliasing:
                 reasons += [f"output aliases {name}" for name in aliased(out, (args, kwargs))]
+                if msg.annotation != self.job.annotations[0]:  # the reference's is its own
+                    reasons += self_overlapping(out)
             t2b = time.monotonic()
             node = self.slots.write_output(out, msg.out_slots) if msg.want_output else None
             sync_all()

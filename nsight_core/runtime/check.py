@@ -41,6 +41,7 @@ __all__ = [
     "inputs_differ",
     "mutated",
     "same_result",
+    "self_overlapping",
     "snapshot_inputs",
 ]
 
@@ -197,4 +198,45 @@ def aliased(output: Any, inputs: Any, other_output: Any = None) -> list[str]:
                 where = owner if path == "output" else f"{owner} (at {path})"
                 if where not in found:
                     found.append(where)
+    return found
+
+
+def _element_strides(kind: str, x: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(shape, strides in elements) of an array leaf; None where it has no strides."""
+    try:
+        if kind == "torch":
+            return tuple(x.shape), tuple(int(s) for s in x.stride())
+        itemsize = int(x.itemsize)
+        return tuple(x.shape), tuple(int(s) // itemsize for s in x.strides)
+    except (AttributeError, RuntimeError, TypeError, ZeroDivisionError):
+        return None  # sparse, nested or wrapper tensors: no strides to read
+
+
+def self_overlapping(output: Any) -> list[str]:
+    """Output arrays whose elements share memory: more elements than their strides span.
+
+    Such an array (``expand``, ``as_strided`` over a small buffer) holds an answer nobody
+    wrote: the harness's copy into the judge's slot, after the window, writes every element
+    and so does the call's work off the clock. The span is a lower bound on distinct
+    elements, so only certain overlap is named (a layout too tangled to tell is left).
+    """
+    found: list[str] = []
+    for path, leaf, kind in array_leaves(output, "output", any_mapping=True):
+        dims = _element_strides(kind, leaf)
+        if dims is None:
+            continue
+        shape, strides = dims
+        count = 1
+        for n in shape:
+            count *= n
+        if count == 0:
+            continue
+        span = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides, strict=True))
+        if span < count:
+            found.append(
+                f"{path} has {count} elements over memory for {span}: its elements share "
+                "memory (a view such as expand or as_strided of a smaller buffer), so the "
+                "harness's copy after the timed window would write the answer; return an "
+                "output whose every element has its own memory"
+            )
     return found

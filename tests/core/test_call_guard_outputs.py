@@ -275,3 +275,19 @@ def test_inputs_the_call_tampered_with_are_named_and_left_behind(guard: CallGuar
     assert type(args[2][1]) is tuple and kwargs["w"] is w
     assert any(f.startswith("input args[0] has attributes that shadow") for f in g.findings)
     assert any(f.startswith("input args[1]'s class was changed to") for f in g.findings)
+
+
+def test_outputs_whose_elements_share_memory_are_named_and_own_layouts_are_not() -> None:
+    import numpy as np
+
+    from nsight_core.runtime.check import self_overlapping
+
+    x = torch.arange(12.0).reshape(3, 4)
+    assert self_overlapping(x) == [] and self_overlapping(x.t()) == []
+    assert self_overlapping(x[:, ::2]) == [] and self_overlapping(torch.empty(0, 4)) == []
+    (found,) = self_overlapping(x[:1].expand(3, 4))
+    assert found.startswith("output has 12 elements over memory for 4")
+    small = torch.zeros(7)
+    assert self_overlapping((x, small.as_strided((4, 4), (1, 1))))[0].startswith("output[1]")
+    assert self_overlapping(np.broadcast_to(np.ones(4), (3, 4)))
+    assert self_overlapping(np.ones((3, 4))[::-1]) == []

@@ -19,6 +19,11 @@ def make_inputs(
     return (torch.randn(rows, cols, device=device) * scale,)
 
 
+def make_repeated_rows(rows: int = 32, cols: int = 64, device: str = "cpu") -> tuple[torch.Tensor]:
+    """One random row, repeated: every row's softmax is the same (each in its own memory)."""
+    return (torch.randn(1, cols, device=device).repeat(rows, 1) * 3.0,)
+
+
 def softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
