@@ -13,6 +13,7 @@ the server it starts keeps stdout for the protocol.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -139,6 +140,15 @@ def summarize(result: ProfileResult, out: Any) -> bool:
     return result.status == "done" and verdicts == {True, False} and bool(result.comparisons)
 
 
+def plot_hint(result_id: str, store: Path | str) -> str:
+    """How to plot the result: the command, and first the extra it needs where it is missing
+    (the README's install has no matplotlib, and `plot` then exits 2)."""
+    command = f"nspy-mcp plot {result_id} --store {store}"
+    if importlib.util.find_spec("matplotlib") is None:
+        return f"Plot: pip install 'nspy-mcp[plot]', then {command}"
+    return f"Plot: {command}"
+
+
 async def _demo(store: Path, backend: str) -> int:
     out = sys.stdout.write
     out(f"nspy-mcp demo: starting the server over stdio (store {store})\n")
@@ -166,7 +176,7 @@ async def _demo(store: Path, backend: str) -> int:
     ok = summarize(result, out)
     out(
         f"Raw per-run values: read_results(result_id='{result.result_id}', detail='full'). "
-        f"Plot: nspy-mcp plot {result.result_id} --store {store}\n"
+        f"{plot_hint(result.result_id, store)}\n"
     )
     if not ok:
         sys.stderr.write("nspy-mcp demo: the result does not show what the demo expects\n")
