@@ -172,3 +172,28 @@ async def test_an_agent_session_with_files_elsewhere_and_beside_the_server(
     text = " ".join(getattr(c, "text", "") for c in missing.content)
     assert "invalid_request" in text and str(server_dir / "nowhere" / "v9.py") in text, text
     assert refused_after < 5, f"a missing file took {refused_after:.1f} s to refuse"
+
+
+async def test_a_request_that_names_no_backend_answers_on_a_plain_install(
+    plain_python: Path, kernels_elsewhere: Path, tmp_path: Path
+) -> None:
+    """As the README's one-line requests are written: no backend, on a host whatever it has
+    (here no GPU and no ncu): the first backend that works answers, and says which."""
+    k = kernels_elsewhere
+    request = _request(f"{k}/ref.py:softmax", [f"{k}/v1.py:softmax"], f"{k}/ref.py:make_inputs")
+    del request["backend"]
+    async with Client(_server(plain_python, tmp_path, tmp_path / "store")) as client:
+        with anyio.fail_after(240):
+            answer = _answer(await client.call_tool("profile_candidates", {"request": request}))
+    result = answer
+    assert result["status"] == "done", result["message"]
+    assert result["provenance"]["backend"] in ("ncu", "cupti", "events")
+    assert all(r["Trust"] in ("ok", "noisy") for r in result["rows"]), result["rows"]
+
+
+def test_plot_on_a_plain_install_says_which_extra_it_needs(
+    plain_python: Path, tmp_path: Path
+) -> None:
+    done = run([str(plain_python.parent / "nspy-mcp"), "plot", "no-such-result"], tmp_path)
+    assert done.returncode == 2
+    assert "pip install 'nspy-mcp[plot]'" in done.stderr, done.stderr
