@@ -207,7 +207,10 @@ class Comparison(_Model):
     Speedup_CI95_Lower: float | None = Field(description="95 % CI of paired runs, log scale.")
     Speedup_CI95_Upper: float | None = None
     Resolvable: bool | None = Field(
-        description="True when the CI excludes 1.0: the difference is larger than the noise."
+        description=(
+            "True when the CI excludes 1.0 (on a CPU: by more than the runs' own spread): "
+            "the difference is larger than the noise."
+        )
     )
     NumPairs: int = Field(description="Runs where both candidate and reference are valid.")
     Reasons: list[str] = Field(default_factory=list)

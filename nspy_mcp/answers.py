@@ -135,7 +135,7 @@ def verdict_text(result: ProfileResult) -> str:
         resolvable = [c for c in speedups if c.Resolvable]
         parts.append(
             f"{len(resolvable)} of {len(speedups)} comparison(s) are Resolvable (the speedup's "
-            "95 % interval excludes 1.0): act on those; the others are within noise"
+            "95 % interval excludes 1.0; on a CPU, by more than the runs' noise): act on those; the others are within noise"
         )
     noisy = sum(1 for r in result.rows if r.Trust == "noisy")
     if noisy:

@@ -86,9 +86,10 @@ pass with NVIDIA Nsight Compute, in a fresh time-limited process per job. Loop:
 3. profile_candidates with reference, candidates, inputs, configs; correctness is checked
    before timing, and a candidate that fails is not timed.
 4. read_results with the result_id (it survives restarts; cancel=true stops a job). Act on
-   comparisons that are Resolvable (the speedup's 95 % interval excludes 1.0): that is the
-   verdict. A 'noisy' row (spread >= 2 % or unsteady GPU clock) is still usable: its interval is wider, so fewer
-   speedups resolve; add runs to tighten it. Do not act on 'suspicious' or 'failed' rows;
+   comparisons that are Resolvable (the speedup's 95 % interval excludes 1.0; on a CPU,
+   by more than the runs' noise): that is the verdict. A 'noisy' row (spread >= 2 % or
+   unsteady GPU clock) is still usable: its interval is wider, so fewer speedups resolve;
+   add runs to tighten it. Do not act on 'suspicious' or 'failed' rows;
    read their Reasons. A null value always comes with ErrorClass/Error.
 5. Change one candidate, profile again, compare.
 Never change GPU clocks, power, MIG or driver settings; report permission errors instead.

@@ -32,11 +32,13 @@ from nsight_core.rows.stats import (
     MIN_RUNS_FOR_CI,
     NS_PER_UNIT,
     Summary,
+    noise_floor,
     paired_ratio,
     summarize,
 )
 
 __all__ = [
+    "CPU_DEVICE",
     "STABLE_RSD_PCT",
     "GroupKey",
     "RowContext",
@@ -54,6 +56,11 @@ STABLE_RSD_PCT = 2.0
 its agent guide holds. It is a convention, not a derived bound; above it a row is 'noisy'."""
 
 _TIME_UNITS = frozenset({*NS_PER_UNIT, "cycle", "cycles"})
+
+CPU_DEVICE = "cpu"
+"""The device name of code timed by the host clock on CPU arrays (collectors/events.py
+`detect_device`): where a comparison's Resolvable must clear the noise floor (rows/stats.py
+says why; on a GPU the A/A tests resolve within 5 % without it)."""
 
 DEFAULT_SUM = "kernels.combine's default for a time or count; name a reducer to change it"
 """Why a row's value is the sum of each call's kernels: a note, not a verdict (Trust is
@@ -236,6 +243,7 @@ def _comparison(
     group: GroupKey,
     baseline: str,
     params: dict[str, Any],
+    on_cpu: bool,
 ) -> Comparison:
     annotation, config_id, metric = group
     pairs, reasons = _pairs(cand, ref)
@@ -249,9 +257,15 @@ def _comparison(
     if lower_is_better(metric, unit):
         speedups = paired_ratio(ref_values, cand_values)
         speedup = speedups.estimate
-        resolvable = speedups.excludes_one
+        floor = noise_floor(ref_values, cand_values) if on_cpu else 1.0
+        resolvable = speedups.beyond(floor)
         if speedups.ci is not None:
             lo, hi = speedups.ci
+            if speedups.excludes_one and not resolvable:
+                reasons.append(
+                    f"the interval excludes 1.0 but not the runs' own spread "
+                    f"(x{floor:.3f}, one run's noise): not resolvable"
+                )
         elif pairs:
             reasons.append(f"{len(pairs)} pair(s): no CI, Resolvable unknown (needs >= 3)")
     else:
@@ -295,7 +309,14 @@ def compare_to_reference(
                 continue
             ref = groups.get((reference, config_id, metric), [])
             out.append(
-                _comparison(cells, ref, (cand, config_id, metric), reference, ctx.params(config_id))
+                _comparison(
+                    cells,
+                    ref,
+                    (cand, config_id, metric),
+                    reference,
+                    ctx.params(config_id),
+                    on_cpu=ctx.gpu == CPU_DEVICE,
+                )
             )
     return out
 

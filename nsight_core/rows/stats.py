@@ -19,6 +19,20 @@ paired ratios, which one outlying run cannot move (a mean of ratios let one call
 faster lift an honest 1.3x to about 4x); that same outlier widens the interval instead, so
 such a comparison reads unresolved rather than moved. Callers pass finite values only; a
 result that is not finite comes back as None, never NaN.
+
+Why a noise floor. Pairing cancels what varies slowly and hits both sides alike, and the
+interval holds what varies from run to run; neither sees an effect that is constant within
+a job but differs between jobs, such as where the allocator happens to place each
+function's temporaries (identical code in one process can differ by tens of percent on a
+CPU and keep that difference for many calls: Mytkowicz et al., "Producing wrong data
+without doing anything obviously wrong", ASPLOS 2009), so identical code read `Resolvable`
+far more often than 1 in 20 (docs/results.md has the A/A counts). Where that effect was
+measured, code timed by the host clock on a CPU (rows/aggregate.py `CPU_DEVICE`), a
+comparison is resolvable only when its interval lies wholly beyond the job's own
+run-to-run spread (`noise_floor`: the pooled standard deviation of both sides' log times,
+as a factor): a difference smaller than one run's noise is not acted on. On a GPU the floor
+is not asked: it would include drift that pairing cancels (a clock moving under both
+sides), and identical code resolves within the 5 % a 95 % interval allows there.
 """
 
 from __future__ import annotations
@@ -186,12 +200,17 @@ class PairedRatio:
 
     @property
     def excludes_one(self) -> bool | None:
-        """Whether the interval lies wholly above or below 1 (resolvable); None without one.
-        Identical ratios of exactly 1 (a tie) give the interval [1, 1], which holds 1."""
+        """Whether the interval lies wholly above or below 1; None without one. Identical
+        ratios of exactly 1 (a tie) give the interval [1, 1], which holds 1."""
+        return self.beyond(1.0)
+
+    def beyond(self, floor: float) -> bool | None:
+        """Whether the interval lies wholly above ``floor`` or below ``1 / floor`` (a
+        `noise_floor`, >= 1): resolvable. None without an interval."""
         if self.ci is None:
             return None
         lo, hi = self.ci
-        return not lo <= 1.0 <= hi
+        return lo > floor or hi < 1.0 / floor
 
 
 def paired_ratio(
@@ -211,3 +230,19 @@ def paired_ratio(
     if not all(math.isfinite(x) for x in (*interval, estimate)):
         return PairedRatio(finite_or_none(estimate), None, len(logs))
     return PairedRatio(estimate, interval, len(logs))
+
+
+def noise_floor(*samples: Sequence[float]) -> float:
+    """exp of the pooled standard deviation of each sample's logs around its own mean: one
+    run's relative noise, as a factor (1.05 for 5 %); 1.0 where no sample has two positive
+    values. Pooled over both sides of a comparison, so it has twice the degrees of freedom
+    of either (a floor from 5 runs alone is often far below the truth by chance)."""
+    ss, df = 0.0, 0
+    for sample in samples:
+        logs = [math.log(v) for v in sample if v > 0]
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
+    floor = math.exp(math.sqrt(ss / df)) if df else 1.0
+    return floor if math.isfinite(floor) else 1.0

@@ -19,12 +19,13 @@ candidate, whether it beats that incumbent: `BestSoFar`.
   never a coin flip.
 - When the incumbent's own code (same spec, same source hash) is profiled in this job too,
   the verdict comes from the runs paired in this job instead (incumbent time / candidate
-  time, run by run): the same test as a comparison against the reference.
+  time, run by run): the same test as a comparison against the reference, noise floor
+  included.
 - 'noisy' rows take part: their wider intervals already make a verdict harder to reach
   (the rule every comparison follows: one that resolves despite noise stands), and a
   noisy incumbent's wide interval is a bar that a paired verdict (above) still clears.
 - With no incumbent, a candidate qualifies ('first') when it is resolvably faster than the
-  reference. Of the candidates that read 'yes' or 'first', the fastest (by estimate, the
+  reference on every config (each comparison `Resolvable`). Of the candidates that read 'yes' or 'first', the fastest (by estimate, the
   request's order on a tie) becomes the best.
 
 Several servers may share a store: the record is read, decided on and written under an
@@ -53,7 +54,8 @@ from nsight_core.results import (
     iso,
     utc_now,
 )
-from nsight_core.rows.stats import paired_ratio
+from nsight_core.rows.aggregate import CPU_DEVICE
+from nsight_core.rows.stats import noise_floor, paired_ratio
 from nsight_core.store.files import write_atomic
 from nsight_core.store.lineage import Lineage, Sources, lineage_of, sources_of
 
@@ -83,6 +85,9 @@ class Score:
     speedup: float
     lo: float
     hi: float
+    floor: float = 1.0
+    """The runs' own noise as a factor (rows/stats.py `noise_floor`): a paired verdict
+    must clear it, as a comparison's `Resolvable` does."""
 
 
 def combined(parts: Sequence[Score]) -> Score:
@@ -92,7 +97,8 @@ def combined(parts: Sequence[Score]) -> Score:
     mid = sum(s for s, _, _ in logs) / k
     down = math.sqrt(sum((s - lo) ** 2 for s, lo, _ in logs)) / k
     up = math.sqrt(sum((hi - s) ** 2 for s, _, hi in logs)) / k
-    return Score(math.exp(mid), math.exp(mid - down), math.exp(mid + up))
+    floor = max(p.floor for p in parts)
+    return Score(math.exp(mid), math.exp(mid - down), math.exp(mid + up), floor)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,9 @@ class Entry:
     score: Score | None
     """Against the reference, over configs; None when it cannot take part (`why`)."""
     why: str = ""
+    faster: bool = False
+    """Resolvably faster than the reference on every config (each comparison's
+    `Resolvable`, noise floor included)."""
 
 
 def _score(value: float | None, lo: float | None, hi: float | None) -> Score | None:
@@ -139,7 +148,14 @@ def entry_of(
     per_config = [scores.get(i) for i in range(n_configs)]
     if any(s is None for s in per_config):
         return Entry(cand, None, why=f"no {metric} speedup with an interval on every config")
-    return Entry(cand, combined([s for s in per_config if s is not None]))
+    resolved = {
+        c.ConfigId
+        for c in result.comparisons
+        if c.Annotation == cand and c.Metric == metric and c.Stage == stage
+        if c.Resolvable and c.Speedup is not None and c.Speedup > 1.0
+    }
+    faster = resolved == set(range(n_configs))
+    return Entry(cand, combined([s for s in per_config if s is not None]), faster=faster)
 
 
 def paired_with_best(
@@ -151,6 +167,7 @@ def paired_with_best(
         for r in result.rows
         if r.Metric == lineage.metric and r.Stage == lineage.stage
     }
+    on_cpu = any(r.GPU == CPU_DEVICE for r in result.rows)
     parts = []
     for cid in range(n_configs):
         pairs = [
@@ -162,7 +179,8 @@ def paired_with_best(
         score = _score(ratio.estimate, *(ratio.ci or (None, None)))
         if score is None:
             return None
-        parts.append(score)
+        floor = noise_floor([b for b, _ in pairs], [c for _, c in pairs]) if on_cpu else 1.0
+        parts.append(Score(score.speedup, score.lo, score.hi, floor))
     return combined(parts)
 
 
@@ -200,11 +218,11 @@ def _against(
     entry: Entry, score: Score, incumbent: BestCandidate | None, paired: Score | None
 ) -> tuple[Verdict | Literal["first"] | None, float | None, str]:
     if incumbent is None:
-        if score.lo > 1.0:
+        if entry.faster:
             return "first", None, "trusted and resolvably faster than the reference: the first best"
         return None, None, "not resolvably faster than the reference"
     if paired is not None:
-        vs, verdict = paired, _decide(paired, 0.0)
+        vs, verdict = paired, _decide(paired, paired.floor - 1.0)
     else:
         best = Score(incumbent.speedup, incumbent.ci95_lower, incumbent.ci95_upper)
         vs = Score(score.speedup / best.speedup, score.lo / best.hi, score.hi / best.lo)

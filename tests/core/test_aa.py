@@ -6,7 +6,10 @@ independent jobs (a pre-started pair each, as an agent's session gets) compare a
 that is the reference's own code, from a module of its own, with the reference. A 95 %
 interval should call about 2 of 40 resolvable; with a true rate of 5 %, 8 or more happen
 with probability 0.0007 (binomial tail), so the bound below fails wrongly less than once in
-a thousand runs, and a miscalibrated estimator (the old one's 30 %) fails it at once.
+a thousand runs, and a miscalibrated estimator (the old one's 30 %) fails it at once. The
+interval alone failed it too on a 2-core host (8 of 40): what an identical function's
+instance gains or loses for a whole job is outside any within-job interval, which is why a
+CPU comparison must also clear the runs' noise floor (rows/stats.py).
 """
 
 from __future__ import annotations

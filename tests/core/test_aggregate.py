@@ -20,6 +20,7 @@ from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec
 from nsight_core.results import Failure, Row
 from nsight_core.rows.aggregate import (
+    CPU_DEVICE,
     STABLE_RSD_PCT,
     RowContext,
     RunValues,
@@ -346,6 +347,31 @@ def test_pairing_cancels_drift_shared_by_reference_and_candidate() -> None:
     assert cand_row.CI95_Upper > ref_row.CI95_Lower  # the unpaired intervals overlap
     [cmp] = compare_to_reference(recs.reduce(), "ref", ["cand"])
     assert cmp.Resolvable is True  # the paired one resolves the 3 % difference
+
+
+def test_on_a_cpu_resolvable_must_clear_the_runs_own_noise() -> None:
+    # A 10 % difference the pairs agree on to the percent, between runs that scatter by
+    # about 20 %: on a CPU that is within what one function instance can differ from
+    # another for a whole job (rows/stats.py), so it is not acted on, and says why.
+    drift = [100.0, 140.0, 80.0, 120.0, 90.0]
+    recs = Recs().series("ref", 0, drift).series("cand", 0, [d / 1.1 for d in drift[:4]] + [82.5])
+    cpu = RowContext(gpu=CPU_DEVICE)
+    [on_cpu] = compare_to_reference(recs.reduce(), "ref", ["cand"], ctx=cpu)
+    assert on_cpu.Speedup_CI95_Lower is not None and on_cpu.Speedup_CI95_Lower > 1.0
+    assert on_cpu.Resolvable is False
+    assert any("not the runs' own spread" in r for r in on_cpu.Reasons)
+    [on_gpu] = compare_to_reference(recs.reduce(), "ref", ["cand"], ctx=RowContext(gpu="H100"))
+    assert on_gpu.Resolvable is True and not on_gpu.Reasons  # pairing cancels the drift
+    # Twice as fast clears the same floor.
+    fast = Recs().series("ref", 0, drift).series("cand", 0, [d / 2 for d in drift])
+    [twice] = compare_to_reference(fast.reduce(), "ref", ["cand"], ctx=cpu)
+    assert twice.Resolvable is True
+
+
+def test_cpu_device_is_the_events_timers_name_for_host_code() -> None:
+    from nsight_core.collectors.events import detect_device
+
+    assert detect_device(((1.0,), {})).name == CPU_DEVICE
 
 
 def test_difference_inside_the_noise_is_not_resolvable() -> None:

@@ -231,7 +231,7 @@ def test_across_jobs_only_intervals_apart_by_the_margin_decide(
 
 
 def test_a_tie_is_unresolved_and_with_no_best_only_a_resolvable_speedup_is_first() -> None:
-    tie = Entry("cand.py:g", Score(2.8, 2.6, 3.0))
+    tie = Entry("cand.py:g", Score(2.8, 2.6, 3.0), faster=True)  # Resolvable on every config
     assert verdict_of(tie, _incumbent(2.8, 2.6, 3.0), None).beats_best == "unresolved"
     assert verdict_of(tie, None, None).beats_best == "first"
     within_noise = Entry("cand.py:g", Score(1.1, 0.9, 1.3))
