@@ -4,8 +4,9 @@ Every model forbids unknown fields, so a typo (`run` for `runs`) is named in the
 of being silently dropped. Numbers and booleans are strict: `runs: "5"` or `enabled: "yes"`
 is refused rather than coerced, since a quoted value usually means the caller mixed
 something up. `configs` has depth and size limits, so a runaway config is refused by name
-instead of reaching JSON parsers with recursion limits. Field descriptions are the documentation an agent reads in the
-tool's JSON Schema; keep them short and concrete.
+instead of reaching JSON parsers with recursion limits. Field descriptions are what an agent
+reads in the tool's JSON Schema, paid for in every session's `tools/list`: they say what to
+pass, once, and link docs/ (tools.md, correctness.md, stages.md) for the rest.
 """
 
 from __future__ import annotations
@@ -103,10 +104,7 @@ CallableSpec = Annotated[
     Field(
         min_length=1,
         max_length=1024,
-        description=(
-            "A callable: 'path/to/file.py:name' (relative to `workdir`), "
-            "'package.module:name', or a bare 'name' defined in the inline `source`."
-        ),
+        description="'file.py:name' (under `workdir`), 'package.module:name', or a name in `source`.",
     ),
 ]
 
@@ -116,75 +114,68 @@ class _Strict(BaseModel):
 
 
 class CheckSpec(_Strict):
-    """How candidates are checked against the reference before any timing."""
+    """How candidates are checked before timing (docs/correctness.md)."""
 
     enabled: bool = Field(
         True,
         strict=True,
-        description="Check correctness before timing. Turning it off marks every row suspicious.",
+        description="Off: every row is marked suspicious.",
     )
     seeds: int = Field(
         3,
         ge=1,
         le=20,
         strict=True,
-        description=(
-            "Fresh seeded inputs checked per config, at the least; every call is checked, "
-            "timed runs included."
-        ),
+        description="Seeded inputs checked per config (timed calls are checked too).",
     )
     atol: float | None = Field(
         None,
         ge=0,
         strict=True,
-        description="Absolute tolerance; default by dtype (see docs/correctness.md).",
+        description="Default: by dtype.",
     )
     rtol: float | None = Field(
         None,
         ge=0,
         strict=True,
-        description="Relative tolerance; default by dtype (see docs/correctness.md).",
+        description="Default: by dtype.",
     )
-    check_mutation: bool = Field(
-        True, strict=True, description="Fail a candidate that writes to its inputs."
-    )
+    check_mutation: bool = Field(True, strict=True, description="Fail a write to the inputs.")
     check_aliasing: bool = Field(
         True,
         strict=True,
-        description="Fail a candidate whose output is (a view of) an input or the reference's output.",
+        description="Fail an output that views an input or the reference's output.",
     )
     check_determinism: bool = Field(
         True,
         strict=True,
-        description="Call each candidate twice on the same inputs; fail if results differ.",
+        description="Fail when two calls on the same inputs differ.",
     )
     regimes: bool = Field(
         True,
         strict=True,
-        description="Also check each candidate, untimed, on inputs scaled x1e-3 and x64, "
-        "negated and heavy-tailed, where the reference allows.",
+        description="Also check on scaled, negated and heavy-tailed inputs (untimed).",
     )
 
 
 class KernelsSpec(_Strict):
-    """How several kernels inside one annotated call are handled."""
+    """Several kernels in one call (docs/tools.md)."""
 
     combine: Reducer | dict[str, Reducer] | None = Field(
         None,
         description=(
-            "How to fold a call's kernels into one value: one reducer for every metric, or a "
-            "map metric -> reducer; 'none' makes more than one kernel an error. Unnamed "
-            "metrics: .sum ones (times, counts) are summed, others need one kernel."
+            "Fold a call's kernels into one value: a reducer, or metric -> reducer ('none': "
+            "one kernel only). Default: .sum metrics summed, others need one kernel."
         ),
     )
     ignore: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
         default_factory=list,
         max_length=64,
-        description="Glob patterns of kernel names (function name base) to drop before counting.",
+        description="Globs of kernel names to drop.",
     )
     replay_mode: ReplayMode = Field(
         "kernel",
-        description="ncu replay mode. 'range' profiles each annotated call as one range (Kernel='range').",
+        description="ncu replay mode; 'range': each call as one range.",
     )
 
     def named(self, metric: str) -> Reducer | None:
@@ -201,24 +192,19 @@ ConfigValue = int | float | str | bool | None | list[Any] | dict[str, Any]
 
 
 class StagesSpec(_Strict):
-    """Staged evaluation: screen every candidate with a fast timer, profile the best under ncu."""
+    """Screen every candidate with a fast timer, then profile the reference and the top_k
+    fastest under `backend` (docs/stages.md)."""
 
     screen: ScreenBackend = Field(
         "cupti",
-        description=(
-            "Backend of the screen stage, which also checks every candidate: 'cupti' (kernel "
-            "durations; falls back to 'events' where cupti cannot run, and says so) or 'events'."
-        ),
+        description="'cupti' falls back to 'events' where it cannot run.",
     )
     top_k: int = Field(
         3,
         ge=1,
         le=31,
         strict=True,
-        description=(
-            "How many of the fastest passing candidates the profile stage measures beside "
-            "the reference; below len(candidates)."
-        ),
+        description="Below len(candidates).",
     )
 
 
@@ -227,132 +213,104 @@ def _one_empty_config() -> list[dict[str, ConfigValue]]:
 
 
 class ProfileRequest(_Strict):
-    """A request to check and profile candidates against a reference."""
+    """Check candidates against a reference, then profile those that pass."""
 
-    reference: CallableSpec = Field(
-        description="The trusted implementation; checked against and profiled as the baseline."
-    )
-    candidates: list[CallableSpec] = Field(
-        min_length=1, max_length=32, description="Implementations to check and profile."
-    )
+    reference: CallableSpec = Field(description="The trusted baseline.")
+    candidates: list[CallableSpec] = Field(min_length=1, max_length=32)
     inputs: CallableSpec = Field(  # type: ignore[assignment]  # filled in by _default_inputs
         None,
         description=(
-            "make_inputs(**config) -> tuple (positional args) or dict (keyword args). "
-            "Called fresh for every seed and run, outside timed regions; RNGs are seeded by us. "
-            "Default: the reference module's get_inputs (KernelBench), or generate_input when "
-            "the reference is a GPU MODE task's ref_kernel (docs/kernelbench.md, docs/gpumode.md)."
+            "f(**config) -> args tuple or kwargs dict, called fresh per seed and run. Default: "
+            "the reference module's get_inputs, or generate_input for a GPU MODE ref_kernel."
         ),
     )
     configs: list[dict[str, ConfigValue]] = Field(
         default_factory=_one_empty_config,
         min_length=1,
         max_length=256,
-        description="Keyword arguments for `inputs`, one dict per config, e.g. [{'rows': 4096}].",
+        description="`inputs` kwargs per config, e.g. [{'rows': 4096}].",
     )
     metrics: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
         default_factory=lambda: [DEFAULT_METRIC],
         min_length=1,
         max_length=64,
-        description="ncu metric names, validated before anything runs (see validate_metrics).",
+        description="ncu metric names (see validate_metrics).",
     )
     runs: int = Field(
         5,
         ge=1,
         le=1000,
         strict=True,
-        description="Profiled runs per candidate and config (>= 3 for a CI).",
+        description="Per candidate and config (>= 3 for a CI).",
     )
     warmup: int = Field(
         1,
         ge=0,
         le=100,
         strict=True,
-        description="Unprofiled calls per candidate and config before runs.",
+        description="Unprofiled calls before the runs.",
     )
     backend: Backend = Field(
         "ncu",
-        description="'ncu' (any metric), 'cupti' (kernel durations), 'events' (event/host time); "
-        "left out with no metrics: the first that works here.",
+        description="'ncu' (any metric), 'cupti' (kernel time), 'events' (event/host time); "
+        "omitted with no metrics: the first that works.",
     )
     check: CheckSpec = Field(default=CheckSpec())
     kernels: KernelsSpec = Field(default=KernelsSpec())
     cache_control: CacheControl = Field(
-        "all", description="ncu --cache-control: 'all' flushes caches before each profiled kernel."
+        "all", description="ncu --cache-control; 'all' flushes caches per kernel."
     )
     clock_control: ClockControl = Field(
-        "none", description="ncu --clock-control: 'none' leaves a shared GPU's clocks alone."
+        "none", description="ncu --clock-control; 'none' leaves clocks alone."
     )
     diagnose: bool = Field(
         False,
         strict=True,
-        description=(
-            "Also say what bounds each candidate (memory, compute, latency) and its headroom, "
-            "in `diagnoses`; with ncu a few more replay passes (docs/diagnose.md)."
-        ),
+        description="Also say what bounds each candidate, in `diagnoses` (docs/diagnose.md).",
     )
     source: str | None = Field(
         None,
         max_length=1_000_000,
-        description="Inline Python source that bare callable names refer to.",
+        description="Inline Python source of bare names.",
     )
     reference_source: str | None = Field(
         None,
         max_length=1_000_000,
-        description=(
-            "Inline source of the reference and input maker, kept apart from candidates' "
-            "`source` (they may not share a module): their bare names resolve here."
-        ),
+        description="Inline source of the reference and `inputs`, apart from `source`.",
     )
     workdir: str | None = Field(
         None,
         max_length=4096,
-        description=(
-            "Absolute directory that relative file paths and imports resolve against "
-            "(default: the server's current directory)."
-        ),
+        description="Absolute; relative paths and imports resolve here (default: server's cwd).",
     )
     time_limit_s: float = Field(
         600.0,
         gt=0,
         strict=True,
         le=7200,
-        description=(
-            "Wall-clock limit for the whole job (with `stages`: for each stage's job, "
-            "budget_s bounds them together); the job is killed after it."
-        ),
+        description="Per job (per stage with `stages`); the job is killed after it.",
     )
     device: Annotated[int, Field(ge=0, le=1023, strict=True)] | GpuUuid | None = Field(
         None,
-        description=(
-            "Run on this GPU of the server's host: its index (as check_environment lists it) "
-            "or its UUID ('GPU-...'). Default: the first free, idle GPU."
-        ),
+        description="GPU index (as check_environment lists) or UUID; default: a free, idle GPU.",
     )
     stages: StagesSpec | None = Field(
         None,
-        description=(
-            "Staged evaluation (default off): screen all candidates with a fast timer, then "
-            "profile the reference and the top_k fastest under `backend`, e.g. "
-            "{'screen': 'cupti', 'top_k': 3} (docs/stages.md)."
-        ),
+        description="Staged evaluation, e.g. {'screen': 'cupti', 'top_k': 3}; default off.",
     )
     budget_s: float | None = Field(
         None,
         gt=0,
         le=7200,
         strict=True,
-        description=(
-            "With `stages`: wall-clock budget for all stages; a stage that cannot start in "
-            "time is skipped, a running one is cut (its rows kept), as the result says."
-        ),
+        description="With `stages`: for all stages; one out of time is skipped or cut.",
     )
     wait_s: float = Field(
         60.0,
         ge=0,
         strict=True,
         le=3600,
-        description="How long the call waits before answering status 'running'.",
+        description="Seconds before answering status 'running'.",
     )
 
     @model_validator(mode="before")

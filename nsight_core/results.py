@@ -1,7 +1,8 @@
 """Result models: what a profile job produces and what `read_results` returns.
 
-Field descriptions here become the JSON Schema an agent reads, so each field is documented
-once, here. JSON has no NaN: a missing number is ``null`` and the row's `Trust`, `Reasons`,
+Field descriptions here become the JSON Schema an agent reads: the ones `tools/list` carries
+(nspy_mcp/server.py, RESULT_OUTPUT) are short, since every session pays for them, and
+docs/rows.md and docs/results.md say the rest. JSON has no NaN: a missing number is ``null`` and the row's `Trust`, `Reasons`,
 `ErrorClass` and `Error` say why.
 """
 
@@ -100,7 +101,7 @@ class Row(_Model):
     ConfigId: int = Field(description="Index of the config in the request's `configs`.")
     Params: dict[str, Any] = Field(description="The config: keyword arguments given to `inputs`.")
     Metric: str = Field(description="Metric name (ncu name, or a derived/normalized name).")
-    Unit: str | None = Field(description="Unit as the report states it; 'ratio' when normalized.")
+    Unit: str | None = Field(description="As the report states it; 'ratio' when normalized.")
     AvgValue: float | None = Field(description="Mean over valid runs; null if none is valid.")
     MedianValue: float | None = Field(description="Median over valid runs.")
     StdDev: float | None = Field(
@@ -109,15 +110,11 @@ class Row(_Model):
     MinValue: float | None = Field(description="Smallest valid run value.")
     MaxValue: float | None = Field(description="Largest valid run value.")
     NumRuns: int = Field(description="Number of valid runs that entered the statistics.")
-    RequestedRuns: int = Field(
-        description="Runs asked for; NumRuns < RequestedRuns means failures."
-    )
+    RequestedRuns: int = Field(description="NumRuns < RequestedRuns: some runs failed.")
     RelativeStdDevPct: float | None = Field(description="100 * StdDev / |AvgValue|.")
     CI95_Lower: float | None = Field(description="Lower end of the t-based 95 % CI of the mean.")
     CI95_Upper: float | None = Field(description="Upper end of the t-based 95 % CI of the mean.")
-    StableMeasurement: bool | None = Field(
-        description="RelativeStdDevPct below the stability threshold (2 %); null when undefined."
-    )
+    StableMeasurement: bool | None = Field(description="RelativeStdDevPct < 2 %.")
     Kernel: str | None = Field(
         description="Kernel function name; names joined by '|' when combined; 'range' in range replay."
     )
@@ -129,23 +126,22 @@ class Row(_Model):
     Backend: str = Field(description="'ncu', 'cupti' or 'events': where the numbers come from.")
     Evidence: EvidenceKind = Field(
         "external",
-        description="'external': measured by a profiler outside the candidate's process (ncu); "
-        "'in_process': timed inside it (events, cupti), a screen the candidate could tamper with.",
+        description="'in_process': timed inside the candidate's process (events, cupti).",
     )
     CacheControl: str | None = Field(None, description="ncu --cache-control in force.")
     ClockControl: str | None = Field(None, description="ncu --clock-control in force.")
     ReplayMode: str | None = Field(None, description="ncu --replay-mode in force.")
     Normalized: str | None = Field(
-        None, description="Baseline annotation when values are per-run ratios to it; else null."
+        None, description="The baseline when values are per-run ratios to it."
     )
     Trust: TrustLevel = Field(
-        description="ok | noisy (spread or GPU clock moved) | suspicious (see Reasons) | failed."
+        description="noisy: spread or GPU clock moved; suspicious/failed: see Reasons."
     )
     Reasons: list[str] = Field(default_factory=list, description="Why Trust is not 'ok'.")
     ErrorClass: ErrorClassT | None = Field(None, description="Failure class when runs failed.")
     Error: str | None = Field(None, description="Failure message when runs failed.")
     RawValues: list[float | None] = Field(
-        default_factory=list, description="Per-run values by run index; null marks a failed run."
+        default_factory=list, description="Per run; null: a failed run."
     )
     ThermalGuard: str | None = Field(
         None,
@@ -200,19 +196,16 @@ class Comparison(_Model):
     ConfigId: int
     Params: dict[str, Any]
     Metric: str
-    Ratio: float | None = Field(description="Median per-run candidate/reference: 1/Speedup.")
+    Ratio: float | None = Field(description="1/Speedup.")
     Speedup: float | None = Field(
-        description="Median per-run reference/candidate, lower-is-better metrics; else null."
+        description="Median per-run reference/candidate (lower-is-better metrics)."
     )
-    Speedup_CI95_Lower: float | None = Field(description="95 % CI of paired runs, log scale.")
+    Speedup_CI95_Lower: float | None = Field(description="95 % CI, paired runs.")
     Speedup_CI95_Upper: float | None = None
     Resolvable: bool | None = Field(
-        description=(
-            "True when the CI excludes 1.0 (on a CPU: by more than the runs' own spread): "
-            "the difference is larger than the noise."
-        )
+        description="The CI excludes 1.0 (on a CPU, by more than the noise): the verdict."
     )
-    NumPairs: int = Field(description="Runs where both candidate and reference are valid.")
+    NumPairs: int = Field(description="Runs valid for both.")
     Reasons: list[str] = Field(default_factory=list)
     Stage: StageOf = None
     CrossCheck: CrossCheckOf = None
@@ -409,7 +402,7 @@ class BestVerdict(_Model):
 
 
 class BestSoFar(_Model):
-    """Done jobs: the lineage's best so far, and whether each candidate beats it (docs/results.md)."""
+    """Done jobs: the best so far, and whether each candidate beats it (docs/results.md)."""
 
     lineage: str = Field(
         description="Id of what makes jobs comparable: reference and its source, inputs, "
@@ -425,7 +418,7 @@ class ProfileResult(_Model):
 
     result_id: str
     status: JobStatus
-    message: str = Field("", description="What happened and what to do next, for the agent.")
+    message: str = Field("", description="What happened and what to do next.")
     created_at: str
     finished_at: str | None = None
     rows: list[Row] = Field(default_factory=list)
@@ -434,17 +427,14 @@ class ProfileResult(_Model):
     failures: list[Failure] = Field(default_factory=list)
     error: Failure | None = Field(None, description="Set when the whole job failed.")
     provenance: Provenance | None = None
-    artifacts: dict[str, str] = Field(
-        default_factory=dict, description="Paths of the job's files: report, logs, events."
-    )
+    artifacts: dict[str, str] = Field(default_factory=dict, description="Paths of the job's files.")
     diagnoses: list[Diagnosis] = Field(
         default_factory=list,
-        description="With diagnose: per (annotation, config), what bounds it and the headroom.",
+        description="With diagnose: what bounds each (docs/diagnose.md).",
     )
     stages: list[StageReport] = Field(
         default_factory=list,
-        description="With `stages`: each stage (screen, profile), its status and why; empty "
-        "in a single-stage job.",
+        description="With `stages`: each stage's status and why.",
     )
     best_so_far: BestSoFar | None = None  # documented by its model, for a compact tools/list
 

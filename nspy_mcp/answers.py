@@ -46,19 +46,16 @@ class ReadResultsAnswer(BaseModel):
 
     result: ProfileResult | None = Field(
         None,
-        description=(
-            "The result asked for by result_id; rows, comparisons, correctness and failures "
-            "narrowed by annotation/config_id/metric. Raw per-run values only with detail='full'."
-        ),
+        description="The result_id's result, narrowed by annotation, config_id and metric.",
     )
     results: list[ResultSummary] = Field(
-        default_factory=list, description="Past results, newest first (when no result_id)."
+        default_factory=list, description="Without result_id: newest first."
     )
-    total: int | None = Field(None, description="How many stored results match the filters.")
+    total: int | None = Field(None, description="Stored results matching the filters.")
     next_cursor: str | None = Field(
-        None, description="Pass this as `cursor` to get the next page; null on the last page."
+        None, description="`cursor` of the next page; null on the last."
     )
-    message: str = Field(description="What this answer holds and what to call next.")
+    message: str = Field(description="What this holds and what to call next.")
 
 
 def _trim_traceback(tb: str) -> str:

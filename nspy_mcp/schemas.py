@@ -4,8 +4,8 @@ Every client puts `tools/list` in the agent's context once per session, so its s
 by every session. pydantic's schemas carry what no validator reads: a `title` per field
 (derived from its name), `default` in output schemas (an answer always has every field),
 and nullable fields spelled `anyOf: [{type: X}, {type: null}]`. `compact_schema` removes
-the first two and writes the third as `type: [X, "null"]`; each rewrite accepts and rejects
-the same instances, so clients validate answers as strictly as before. Input schemas keep
+the first two and writes the third as `type: [X, "null"]`, and `drop_enum_types` the `type`
+an `enum` beside it already implies; each rewrite accepts and rejects the same instances, so clients validate answers as strictly as before. Input schemas keep
 their defaults (an agent reads them to know what it may leave out).
 
 Where two tools answer with the same model (a `ProfileResult` from `profile_candidates`,
@@ -194,10 +194,42 @@ def _documented(name: str, definition: Schema, documented: Collection[str]) -> S
     return out
 
 
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}[type(value)]
+
+
+def drop_enum_types(schema: Schema) -> Schema:
+    """`schema` without the `type` beside an `enum` whose values all have that type.
+
+    The enum alone accepts exactly those values, so the type beside it constrains nothing;
+    output schemas (read by validators and agents, not turned into function-calling formats)
+    do without it.
+    """
+
+    def walk(node: Schema) -> Schema:
+        out = _map_subschemas(node, walk)
+        enum, kind = out.get("enum"), out.get("type")
+        if isinstance(enum, list) and isinstance(kind, str | list):
+            kinds = {kind} if isinstance(kind, str) else set(kind)
+            if "number" in kinds:
+                kinds.add("integer")
+            if all(_json_type(v) in kinds for v in enum):
+                del out["type"]
+        return out
+
+    return walk(schema)
+
+
 def advertised_output(schema: Schema, policy: OutputPolicy) -> Schema:
     """The output schema as `tools/list` carries it: compact, trimmed as `policy` says."""
-    out = compact_schema(
-        shallow_refs(schema, policy.deep), keep_defaults=False, fold_nullables=True
+    out = drop_enum_types(
+        compact_schema(shallow_refs(schema, policy.deep), keep_defaults=False, fold_nullables=True)
     )
     defs = out.get("$defs")
     if defs:

@@ -108,7 +108,18 @@ CANCELLING = ToolAnnotations(
 touched, and cancelling twice is the same as once."""
 
 RESULT_OUTPUT = OutputPolicy(
-    deep=frozenset({"Row", "Comparison", "Correctness", "Failure", "ErrorClass"}),
+    deep=frozenset(
+        {
+            "Row",
+            "Comparison",
+            "Correctness",
+            "Failure",
+            "ErrorClass",
+            "Provenance",
+            "Diagnosis",
+            "RuleFinding",
+        }
+    ),
     documented=frozenset(
         {
             "Row.Unit",
@@ -128,9 +139,9 @@ RESULT_OUTPUT = OutputPolicy(
     ),
 )
 """profile_candidates' answer: what an agent acts on (rows, comparisons, correctness,
-failures) validated to the leaves, the fields whose meaning a name does not carry described;
-provenance, diagnoses, stages and cross-checks checked by type. docs/rows.md and docs/results.md document
-every field."""
+failures) and what it reads next (provenance, diagnoses) validated to the leaves, the fields
+whose meaning a name does not carry described; stages, best_so_far and cross-checks checked
+by type. docs/rows.md, docs/results.md and docs/diagnose.md document every field."""
 ENV_OUTPUT = OutputPolicy(
     deep=frozenset(EnvironmentReport.model_json_schema()["$defs"]) - {"CanaryCheck"}
 )
@@ -150,28 +161,24 @@ async def check_environment(
         bool,
         Field(
             strict=True,
-            description=(
-                "Also run real tests: one kernel under ncu (counters), and canary hacks per "
-                "working backend, caught or not (seconds each)."
-            ),
+            description="Also run one kernel under ncu and canary hacks per backend (seconds).",
         ),
     ] = False,
     refresh: Annotated[
         bool,
         Field(
             strict=True,
-            description="Ignore the cached probe (after installing or changing things).",
+            description="Ignore the cached probe.",
         ),
     ] = False,
     ctx: Context[AppState, Any] | None = None,
 ) -> Annotated[CallToolResult, EnvironmentReport]:
     """Call once per session, before profiling: what profiling can do on this machine.
 
-    GPUs (driver, CUDA, memory, clocks, processes using them), the ncu used and its version,
-    ncu-report and cupti-python, whether GPU counters are readable, which backends work here
-    ('ncu', 'cupti', 'events') and why not, frameworks present, and `remediation` steps to
-    act on. Pick the backend from it; 'events' works everywhere (time only). It never changes
-    driver or GPU settings: report a permission problem, do not work around it.
+    GPUs (driver, clocks, processes using them), the ncu used, whether GPU counters are
+    readable, which backends work here ('ncu', 'cupti', 'events') and why not, frameworks,
+    and `remediation` steps. Pick the backend from it; 'events' works everywhere (time
+    only). It never changes driver or GPU settings: report a permission problem instead.
     """
     config = state_of(ctx).config if ctx is not None else None
     try:
@@ -197,14 +204,14 @@ async def validate_metrics(
         Field(
             min_length=1,
             max_length=256,
-            description="ncu metric names, e.g. ['gpu__time_duration.sum', 'dram__throughput.avg.pct_of_peak_sustained_elapsed'].",
+            description="e.g. ['gpu__time_duration.sum'].",
         ),
     ],
     chip: Annotated[
         str | None,
         Field(
             max_length=32,
-            description="Chip to check against, e.g. 'gh100' or 'ga100'; default: the visible GPU's chip.",
+            description="e.g. 'gh100'; default: the visible GPU's.",
         ),
     ] = None,
 ) -> Annotated[CallToolResult, MetricsValidation]:
@@ -212,9 +219,8 @@ async def validate_metrics(
 
     Per name: valid, unknown or needs_suffix (a base name such as 'dram__throughput' needs a
     roll-up and suffix, e.g. '.avg.pct_of_peak_sustained_elapsed'), with unit, description
-    and the nearest valid names, plus the estimated replay passes (more passes, longer jobs).
-    Works offline from bundled catalogs and live from ncu where it exists. Only the 'ncu'
-    backend takes metrics.
+    and the nearest valid names, plus estimated replay passes. Works offline from bundled
+    catalogs. Only the 'ncu' backend takes metrics.
     """
     try:
         checked = await anyio.to_thread.run_sync(partial(catalog_validate_metrics, metrics, chip))
@@ -230,17 +236,14 @@ async def profile_candidates(
 
     `request` names `reference`, `candidates` and `inputs` as callables ('file.py:name'
     under an absolute `workdir`, 'package.module:name', or a name in inline `source`);
-    `inputs(**config)` makes fresh arguments for each of `configs`. `backend` 'ncu' (any
-    metric; needs ncu and counter access) or 'events' (time only, CPU too); keep `runs` >= 3;
-    check non-default `metrics` with validate_metrics first.
+    `inputs(**config)` makes fresh arguments for each of `configs`. Keep `runs` >= 3.
 
     Each job runs in a fresh, time-limited process. Candidates are checked on seeded inputs
-    first; one that fails is not timed (its `correctness` entry says why). The answer has
-    rows (AvgValue, CI95, Trust), `comparisons` against the reference (Speedup, its 95 % CI,
-    Resolvable) and `failures`; raw per-run values: read_results(detail='full'). A job that
-    outlasts `wait_s` (default 60 s) answers 'running' with a result_id: call read_results
-    with it. Cancelling this call kills the job. Errors you can fix (a field, a metric, no
-    ncu or GPU) say what to change, and nothing is queued.
+    first; one that fails is not timed (`correctness` says why). The answer has `rows`
+    (AvgValue, CI95, Trust), `comparisons` with the reference (Speedup, its 95 % CI,
+    Resolvable) and `failures`. A job that outlasts `wait_s` answers 'running' with a
+    result_id for read_results. Cancelling this call kills the job. Errors you can fix say
+    what to change, and nothing is queued. Details: docs/tools.md.
     """
     state = state_of(ctx)
     try:
@@ -260,46 +263,42 @@ async def read_results(
         str | None,
         Field(
             pattern=RESULT_ID_PATTERN,
-            description="A result_id from profile_candidates or a listing. Omit to list past results.",
+            description="Omit to list past results.",
         ),
     ] = None,
     annotation: Annotated[
         str | None,
         Field(
             max_length=1024,
-            description="Only this reference or candidate, spelled as in the request.",
+            description="Only this reference or candidate.",
         ),
     ] = None,
     config_id: Annotated[
         int | None, Field(ge=0, strict=True, description="Only this config (index into `configs`).")
     ] = None,
     metric: Annotated[str | None, Field(max_length=256, description="Only this metric.")] = None,
-    status: Annotated[
-        JobStatus | None, Field(description="Listing only: results with this status.")
-    ] = None,
+    status: Annotated[JobStatus | None, Field(description="Listing: only this status.")] = None,
     since: Annotated[
         str | None,
         Field(
             max_length=64,
-            description="Listing only: queued at or after this time (ISO 8601; UTC if no zone).",
+            description="Listing: queued at or after (ISO 8601; UTC if no zone).",
         ),
     ] = None,
     until: Annotated[
         str | None,
-        Field(max_length=64, description="Listing only: queued at or before this time."),
+        Field(max_length=64, description="Listing: queued at or before."),
     ] = None,
     detail: Annotated[
         Literal["compact", "full"],
-        Field(description="'full' adds raw per-run values (RawValues) and whole tracebacks."),
+        Field(description="'full' adds RawValues and whole tracebacks."),
     ] = "compact",
-    limit: Annotated[
-        int, Field(ge=1, le=100, strict=True, description="Listing only: page size.")
-    ] = 20,
+    limit: Annotated[int, Field(ge=1, le=100, strict=True, description="Listing: page size.")] = 20,
     cursor: Annotated[
         str | None,
         Field(
             pattern=RESULT_ID_PATTERN,
-            description="Listing only: the `next_cursor` of the previous page.",
+            description="Listing: the last page's `next_cursor`.",
         ),
     ] = None,
     wait_s: Annotated[
@@ -308,28 +307,24 @@ async def read_results(
             ge=0,
             le=3600,
             strict=True,
-            description="With result_id of a queued/running job: wait up to this long for it.",
+            description="Wait up to this long for a queued/running job.",
         ),
     ] = 0.0,
     cancel: Annotated[
         bool,
         Field(
             strict=True,
-            description=(
-                "With result_id of a queued/running job of this server: stop it (its process "
-                "group is killed) and record it 'cancelled'; answers the final result."
-            ),
+            description="Stop this server's queued/running job; answers it, 'cancelled'.",
         ),
     ] = False,
 ) -> Annotated[CallToolResult, ReadResultsAnswer]:
     """Read a stored result, follow or cancel a job, or list past results (they survive restarts).
 
     With `result_id`: that result, narrowed by `annotation`, `config_id` and `metric`;
-    compact unless detail='full' (raw per-run values, whole tracebacks). `wait_s` waits for
-    a queued or running job (with progress); `cancel=true` stops it (its process group is
-    killed) and answers it, recorded 'cancelled'. Without `result_id`: a page of results,
-    newest first, filtered by annotation, config_id, metric, status and since/until; pass
-    the answer's `next_cursor` as `cursor` for the next page.
+    compact unless detail='full'. `wait_s` waits for a queued or running job (with
+    progress); `cancel=true` kills its process group and answers it, 'cancelled'. Without
+    `result_id`: a page of results, newest first, filtered by annotation, config_id,
+    metric, status and since/until; pass `next_cursor` as `cursor` for the next page.
     """
     state = state_of(ctx)
     full = detail == "full"

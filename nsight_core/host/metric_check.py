@@ -66,20 +66,19 @@ class MetricCheck(_Model):
 
 
 class MetricsValidation(_Model):
-    chip: str = Field(description="ncu chip the names were checked for, e.g. 'gh100'.")
+    chip: str = Field(description="ncu chip checked for, e.g. 'gh100'.")
     chip_source: Literal["argument", "gpu", "default"] = Field(
-        description="argument: as given; gpu: inferred from GPU 0; default: no GPU, assumed."
+        description="gpu: GPU 0's; default: assumed (no GPU)."
     )
     catalog_source: Literal["shipped", "live", "none"] = Field(
-        description="shipped: bundled catalog; live: this host's ncu; none: no catalog found."
+        description="shipped: bundled; live: this host's ncu."
     )
     catalog_ncu_version: str | None = Field(None, description="ncu that recorded the catalog.")
     metrics: list[MetricCheck]
-    all_valid: bool = Field(description="True when every name is valid.")
+    all_valid: bool = Field(description="Every name is valid.")
     estimated_passes: int | None = Field(
         None,
-        description="Rough replay passes per kernel for these metrics (heuristic; ncu prints "
-        "the real count as 'N passes').",
+        description="Rough replay passes per kernel (ncu prints the real 'N passes').",
     )
     notes: list[str] = Field(default_factory=list)
 

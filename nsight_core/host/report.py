@@ -133,35 +133,31 @@ class CanaryCheck(_Model):
 
 class EnvironmentReport(_Model):
     host: str
-    platform: str = Field(description="OS and machine, e.g. 'Linux-6.8-x86_64'.")
-    python: str = Field(description="Python version and executable.")
-    probed_at: float = Field(description="Unix time of the probe (cached reports keep it).")
-    deep: bool = Field(description="Whether the one-kernel ncu test was attempted.")
-    driver_version: str | None = Field(None, description="NVIDIA driver, e.g. '580.159.04'.")
-    cuda_driver_version: str | None = Field(None, description="CUDA the driver supports: '13.0'.")
+    platform: str = Field(description="e.g. 'Linux-6.8-x86_64'.")
+    python: str = Field(description="Version and executable.")
+    probed_at: float = Field(description="Unix time of the probe.")
+    deep: bool = Field(description="The one-kernel ncu test was tried.")
+    driver_version: str | None = Field(None, description="e.g. '580.159.04'.")
+    cuda_driver_version: str | None = Field(None, description="CUDA the driver supports.")
     gpu_source: Literal["nvml", "nvidia-smi", "none"]
     gpus: list[GpuInfo]
     gpu_error: str | None = Field(None, description="Why no GPU could be listed.")
     ncu: list[NcuInstall] = Field(description="Every ncu found; the used one first.")
-    ncu_used: str | None = Field(None, description="Path of the ncu nsight_core runs.")
+    ncu_used: str | None = Field(None, description="The ncu jobs run.")
     ncu_problem: str | None = Field(
         None,
-        description="Why no ncu is used (e.g. NSPY_NCU set to a path that does not exist); "
-        "the pipeline refuses ncu jobs with the same words.",
+        description="Why no ncu is used; ncu jobs are refused with these words.",
     )
     ncu_report: PackageStatus
     cupti_python: PackageStatus
     counters: CounterAccess
     frameworks: list[FrameworkStatus]
     backends: list[BackendStatus]
-    remediation: list[str] = Field(description="What to do about each problem found.")
-    sandbox: SandboxStatus | None = Field(
-        None, description="Process controls in force for jobs (always set by a fresh probe)."
-    )
+    remediation: list[str] = Field(description="What to do about each problem.")
+    sandbox: SandboxStatus | None = Field(None, description="Process controls for jobs.")
     canaries: dict[str, CanaryCheck] | None = Field(
         None,
-        description="deep=true, per backend: ok, caught/total, missed, control, wall_s, note "
-        "of a job of canary hacks (docs/environment.md).",
+        description="deep=true: each backend's canary job (docs/environment.md).",
     )
 
     def backend(self, name: str) -> BackendStatus:
