@@ -2,8 +2,8 @@
 
 Field descriptions here become the JSON Schema an agent reads: the ones `tools/list` carries
 (nspy_mcp/server.py, RESULT_OUTPUT) are short, since every session pays for them, and
-docs/rows.md and docs/results.md say the rest. JSON has no NaN: a missing number is ``null`` and the row's `Trust`, `Reasons`,
-`ErrorClass` and `Error` say why.
+docs/rows.md and docs/results.md say the rest. JSON has no NaN: a missing number is
+``null`` and the row's `Trust`, `Reasons`, `ErrorClass` and `Error` say why.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ class Row(_Model):
     Backend: str = Field(description="'ncu', 'cupti' or 'events': where the numbers come from.")
     Evidence: EvidenceKind = Field(
         "external",
-        description="'in_process': timed inside the candidate's process (events, cupti).",
+        description="'external': measured outside the candidate's process (ncu); "
+        "'in_process': timed inside it (events, cupti), which it could tamper with.",
     )
     CacheControl: str | None = Field(None, description="ncu --cache-control in force.")
     ClockControl: str | None = Field(None, description="ncu --clock-control in force.")
@@ -135,7 +136,7 @@ class Row(_Model):
         None, description="The baseline when values are per-run ratios to it."
     )
     Trust: TrustLevel = Field(
-        description="noisy: spread or GPU clock moved; suspicious/failed: see Reasons."
+        description="ok | noisy (spread or GPU clock moved) | suspicious, failed (see Reasons)."
     )
     Reasons: list[str] = Field(default_factory=list, description="Why Trust is not 'ok'.")
     ErrorClass: ErrorClassT | None = Field(None, description="Failure class when runs failed.")
