@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -156,7 +157,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if command == "demo":
         from nspy_mcp.demo import run_demo  # lazy: each command loads only what it needs
 
-        return run_demo(store=args.store, backend=args.backend)
+        return run_demo(store=args.store, backend=args.backend, environ=os.environ)
     if command == "report":
         from nspy_mcp.report_cmd import run_report  # lazy: each command loads only what it needs
 
