@@ -127,18 +127,19 @@ def run_profile_job(
     """Check and profile `request` in a fresh judge and contestant; never raises for job failures.
 
     ``config``: the engine's settings (the server's, read once from its environment;
-    default: read from this process's environment now, for this call: a library caller is an
-    edge too). `gpu` (an index or UUID) becomes the job's CUDA_VISIBLE_DEVICES:
+    default: read from this process's environment now, once for this call, both plans
+    included: this function is the engine's public entry, so a library caller is an edge too). `gpu` (an index or UUID) becomes the job's CUDA_VISIBLE_DEVICES:
     the one GPU it may use. With a `standby` pool the job goes to a judge pre-started for
     the same launch settings when there is one, and a judge for the next such job is
     started when this one ends.
     """
     created = iso(utc_now())
     job_dir = Path(job_dir)
+    config = config if config is not None else EngineConfig.from_env()  # once, for both plans
     try:
         request = resolve_defaults(request)
         preflight(request)
-        plan = plan_job(request, job_dir, config or EngineConfig.from_env(), gpu=gpu)
+        plan = plan_job(request, job_dir, config, gpu=gpu)
     except NsightCoreError as err:
         return refused(err, result_id=result_id, created_at=created)
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +151,7 @@ def run_profile_job(
     elif rest is not None:
         with contextlib.suppress(NsightCoreError):  # planned once already: it does not fail
             (job_dir / REST_DIR).mkdir(exist_ok=True)
-            again = plan_job(rest, job_dir / REST_DIR, config or EngineConfig.from_env(), gpu=gpu)
+            again = plan_job(rest, job_dir / REST_DIR, config, gpu=gpu)
             more = run_planned(
                 again, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits
             )

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from nspy_mcp.version import __version__
+
+if TYPE_CHECKING:
+    from nsight_core.plan.config import EngineConfig
 
 STDIO_TTY_NOTE = (
     "nspy-mcp: serving MCP over stdio: it reads JSON-RPC messages from an MCP client on stdin\n"
@@ -129,7 +134,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # result validator and ncu_report's reader.
         from nspy_mcp.executors import start_local  # lazy: serve only
 
-        local = start_local(store, executor)
+        config = _config()
+        local = start_local(store, executor, config)
         try:
             threading.Thread(
                 target=_warm_first_request, name="nspy warm probe", daemon=True
@@ -143,6 +149,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 store=store,
                 executor=executor,
                 local=local,
+                config=config,
             )
         finally:
             if local is not None:  # a server that did not start retires its judges too
@@ -150,7 +157,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if command == "demo":
         from nspy_mcp.demo import run_demo  # lazy: each command loads only what it needs
 
-        return run_demo(store=args.store, backend=args.backend)
+        return run_demo(store=args.store, backend=args.backend, environ=os.environ)
     if command == "report":
         from nspy_mcp.report_cmd import run_report  # lazy: each command loads only what it needs
 
@@ -158,7 +165,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if command == "env":
         from nspy_mcp.env_cmd import run_env  # lazy: each command loads only what it needs
 
-        return run_env(deep=args.deep, refresh=args.refresh, as_json=args.json)
+        return run_env(deep=args.deep, refresh=args.refresh, as_json=args.json, config=_config())
     if command == "metrics":
         from nspy_mcp.env_cmd import run_metrics  # lazy: each command loads only what it needs
 
@@ -166,5 +173,13 @@ def _main(argv: Sequence[str] | None) -> int:
     if command == "plot":
         from nspy_mcp.plot import run_plot  # lazy: each command loads only what it needs
 
-        return run_plot(args.result_id, output=args.output, store=args.store)
+        return run_plot(args.result_id, output=args.output, store=args.store, config=_config())
     raise AssertionError(command)  # argparse rejects unknown commands
+
+
+def _config() -> EngineConfig:
+    """The engine's settings, read from this process's environment once per command: the
+    command is an edge, and everything it calls takes them from here."""
+    from nsight_core.plan.config import EngineConfig  # lazy: `--help` and `--version` skip it
+
+    return EngineConfig.from_env()

@@ -108,7 +108,8 @@ def run_on_worker(payload: dict[str, Any]) -> dict[str, Any]:
     worker = get_worker()
     result_id = str(payload["result_id"])
     topic = f"nspy-{result_id}"
-    slot = discover_slots()[0]
+    config = EngineConfig.from_env()  # this worker's host decides (its GPU, Landlock, IPC)
+    slot = discover_slots(config.visible_devices)[0]
     here = {"worker": worker.address, "host": socket.gethostname(), "pid": os.getpid()}
     worker.log_event(topic, {"kind": "started", "gpu": slot.label, **here})
     request = ProfileRequest.model_validate_json(payload["request"])
@@ -135,7 +136,7 @@ def run_on_worker(payload: dict[str, Any]) -> dict[str, Any]:
             on_progress=progress,
             cancel=cancel,
             gpu=slot.visible,
-            config=EngineConfig.from_env(),  # this worker's host decides (its Landlock, IPC)
+            config=config,
         )
         result = with_gpu(result, slot)
         files, left = _collect_files(job_dir)

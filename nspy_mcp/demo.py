@@ -14,10 +14,10 @@ the server it starts keeps stdout for the protocol.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,7 @@ def plot_hint(result_id: str, store: Path | str) -> str:
     return f"Plot: {command}"
 
 
-async def _demo(store: Path, backend: str) -> int:
+async def _demo(store: Path, backend: str, environ: dict[str, str]) -> int:
     out = sys.stdout.write
     out(f"nspy-mcp demo: starting the server over stdio (store {store})\n")
     params = StdioServerParameters(
@@ -157,7 +157,7 @@ async def _demo(store: Path, backend: str) -> int:
         args=["-m", "nspy_mcp", "serve", "--store", str(store)],
         # The SDK passes only a minimal environment by default; the demo should see this
         # machine as the user does (NSPY_NCU, CUDA_VISIBLE_DEVICES, library paths).
-        env=dict(os.environ),
+        env=environ,
     )
     last_phase = [""]
 
@@ -226,7 +226,8 @@ async def _loop(client: Client, backend: str, on_progress: Any, out: Any) -> Pro
     return ProfileResult.model_validate(read["result"])
 
 
-def run_demo(*, store: str | None, backend: str) -> int:
-    """Run the demo; returns the exit status (0 when the loop showed what it should)."""
+def run_demo(*, store: str | None, backend: str, environ: Mapping[str, str]) -> int:
+    """Run the demo; returns the exit status (0 when the loop showed what it should).
+    ``environ``: the server's whole environment, the command's own (the CLI reads it)."""
     root = Path(store) if store else Path(tempfile.mkdtemp(prefix="nspy-mcp-demo-"))
-    return anyio.run(_demo, root, backend)
+    return anyio.run(_demo, root, backend, dict(environ))

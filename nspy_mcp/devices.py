@@ -44,8 +44,6 @@ CROSS_PROCESS_POLL_S = 0.25
 BUSY_TTL_S = 1.0
 """How long a reading of which GPUs other processes use is trusted while jobs wait."""
 
-LOCK_DIR_ENV = "NSPY_MCP_LOCK_DIR"
-
 
 @dataclass(frozen=True)
 class GpuSlot:
@@ -76,13 +74,13 @@ def gpu_slot(index: int, uuid: str | None = None, name: str | None = None) -> Gp
     return GpuSlot(f"gpu-{index}", index, uuid, name, uuid or str(index))
 
 
-def discover_slots() -> list[GpuSlot]:
-    """This host's GPUs as CUDA_VISIBLE_DEVICES leaves them, in its order; else the CPU slot.
+def discover_slots(cvd: str | None) -> list[GpuSlot]:
+    """This host's GPUs as ``cvd`` (the server's CUDA_VISIBLE_DEVICES, `EngineConfig`) leaves
+    them, in its order; else the CPU slot.
 
     Indices in CUDA_VISIBLE_DEVICES are taken as NVML's (PCI order: set
     CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees); UUIDs and their prefixes match by UUID.
     """
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None and cvd.strip() in {"", "-1"}:
         return [CPU_SLOT]
     gpus = list_gpus()
@@ -149,10 +147,8 @@ def with_gpu(result: ProfileResult, slot: GpuSlot) -> ProfileResult:
     return result.model_copy(update=update)
 
 
-def _lock_dir() -> Path:
-    env = os.environ.get(LOCK_DIR_ENV, "").strip()
-    if env:
-        return Path(env)
+def default_lock_dir() -> Path:
+    """Where the lock files live when `EngineConfig.lock_dir` names no directory."""
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     return Path(tempfile.gettempdir()) / f"nspy-mcp-{uid}"
 
@@ -182,8 +178,12 @@ class DeviceLocks:
         *,
         gpus: list[GpuSlot] | None = None,
         busy: BusyReader | None = None,
+        visible: str | None = None,
     ) -> None:
         self._dir = lock_dir
+        self._visible = visible
+        """The server's CUDA_VISIBLE_DEVICES (`EngineConfig.visible_devices`), read when the
+        slots are first needed (`discover`)."""
         self._slots = gpus
         self._discover_lock = threading.Lock()
         self._busy_reader = busy
@@ -209,7 +209,7 @@ class DeviceLocks:
         request finds them read or waits for that one read); a no-op once they are known."""
         with self._discover_lock:
             if self._slots is None:
-                self._slots = discover_slots()
+                self._slots = discover_slots(self._visible)
 
     @contextlib.asynccontextmanager
     async def take(
@@ -323,7 +323,7 @@ class DeviceLocks:
         """A held lock file descriptor; True where flock does not exist; False if taken."""
         if fcntl is None:  # pragma: no cover
             return True
-        directory = self._dir or _lock_dir()
+        directory = self._dir or default_lock_dir()
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:

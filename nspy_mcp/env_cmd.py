@@ -89,8 +89,7 @@ def _canary_line(c: CanaryCheck) -> str:
     return f"{line}; {c.note}" if c.note else line
 
 
-def run_env(*, deep: bool, refresh: bool, as_json: bool) -> int:
-    config = EngineConfig.from_env()
+def run_env(*, deep: bool, refresh: bool, as_json: bool, config: EngineConfig) -> int:
     report = probe_environment(deep=deep, refresh=refresh, memory_setting=config.job_memory)
     if deep:
         from nspy_mcp.canaries import with_canaries  # lazy: the engine's jobs, for --deep only

@@ -114,13 +114,10 @@ class Executor(Protocol):
         ...
 
 
-EXECUTOR_ENV = "NSPY_MCP_EXECUTOR"
-"""`local` (the default) or `dask://HOST:PORT`, as `serve --executor` takes it."""
-
-
-def parse_executor(spec: str | None) -> str | None:
-    """The scheduler address of `dask://HOST:PORT` (None for `local`); ValueError otherwise."""
-    text = (spec if spec is not None else os.environ.get(EXECUTOR_ENV, "")).strip() or "local"
+def parse_executor(spec: str) -> str | None:
+    """The scheduler address of `dask://HOST:PORT` (None for `local` or ''); ValueError
+    otherwise. A command's `--executor`, else `EngineConfig.executor`."""
+    text = spec.strip() or "local"
     if text == "local":
         return None
     m = re.fullmatch(r"dask://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", text)
@@ -136,7 +133,9 @@ SERVE_PRESTART_WAIT_S = 5.0
 """How long `nspy-mcp serve` waits for its idle judges' spawn before it goes on starting."""
 
 
-def start_local(store: str | None, executor: str | None) -> LocalExecutor | None:
+def start_local(
+    store: str | None, executor: str | None, config: EngineConfig
+) -> LocalExecutor | None:
     """`nspy-mcp serve`'s executor for this host's GPUs, its idle judges starting now.
 
     The command calls this before it imports the MCP SDK and builds the server, which take
@@ -150,11 +149,10 @@ def start_local(store: str | None, executor: str | None) -> LocalExecutor | None
     from nsight_core.store.result_store import default_store_root  # lazy: serve only
 
     try:
-        if parse_executor(executor) is not None:
+        if parse_executor(executor if executor is not None else config.executor) is not None:
             return None
     except ValueError:
         return None
-    config = EngineConfig.from_env()
     root = Path(store) if store is not None else default_store_root(config)
     local = LocalExecutor.for_store(root, config)
     local.begin_prestart()
@@ -216,7 +214,7 @@ class LocalExecutor:
         """The executor of a server on the result store at ``root``: its pools remember their
         standbys' settings there (`MEMORY_FILE`), for the next server on that store."""
         return cls(
-            locks or DeviceLocks(),
+            locks or DeviceLocks(config.lock_dir, visible=config.visible_devices),
             memory=StandbyMemory(Path(root).expanduser() / MEMORY_FILE),
             config=config,
         )

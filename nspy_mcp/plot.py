@@ -149,7 +149,7 @@ def draw_peak_panel(ax: Any, diagnoses: Sequence[Diagnosis]) -> None:
     ax.legend(fontsize="small")
 
 
-def run_plot(result_id: str, *, output: str | None, store: str | None) -> int:
+def run_plot(result_id: str, *, output: str | None, store: str | None, config: EngineConfig) -> int:
     """The CLI command: 0 on success, 2 when the result or matplotlib is missing."""
     try:
         import matplotlib  # noqa: F401
@@ -159,7 +159,7 @@ def run_plot(result_id: str, *, output: str | None, store: str | None) -> int:
         )
         return 2
     try:
-        root = store if store is not None else default_store_root(EngineConfig.from_env())
+        root = store if store is not None else default_store_root(config)
         result = ResultStore(root).load(result_id)
         path = draw_speedups(result, Path(output or f"{result_id}.png"))
     except NsightCoreError as err:

@@ -438,7 +438,7 @@ def build_server(
             retention=retention or Retention.of_config(config),
         )
     )
-    scheduler = parse_executor(executor)
+    scheduler = parse_executor(executor if executor is not None else config.executor)
     local = local or LocalExecutor.for_store(result_store.root, config, locks)
 
     @asynccontextmanager
@@ -506,9 +506,11 @@ def serve(
     store: str | None,
     executor: str | None = None,
     local: LocalExecutor | None = None,
+    config: EngineConfig | None = None,
 ) -> int:
     """Run the server: stdio by default, streamable HTTP on a loopback address with `http`.
-    `local`: its executor, already starting its judges (`executors.start_local`)."""
+    `local`: its executor, already starting its judges (`executors.start_local`); `config`:
+    the settings its command read (default: `build_server`'s)."""
     if http and not _is_loopback(host):
         # profile_candidates runs the code it is given; without authentication that must
         # not be reachable from other machines.
@@ -523,7 +525,7 @@ def serve(
             "its /proc/<pid>/environ"
         )
     try:
-        server = build_server(store, executor=executor, local=local)
+        server = build_server(store, executor=executor, local=local, config=config)
     except ValueError as exc:  # a malformed --executor / NSPY_MCP_EXECUTOR
         sys.stderr.write(f"nspy-mcp: {exc}\n")
         return 2

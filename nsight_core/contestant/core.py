@@ -50,6 +50,7 @@ from nsight_core.processes.sandbox import (
     process_age_s,
     restrict_this_process,
 )
+from nsight_core.processes.sandbox.env import inherited_paths
 from nsight_core.protocol import (
     CONTESTANT_SOCKET,
     READY_LINE,
@@ -377,7 +378,7 @@ def confine(job: ContestantJob) -> str | None:
     # The sandbox's private HOME and TMPDIR of this process (made by the judge's sandbox
     # before this process started): JIT caches and, under ncu, its injected library's lock
     # directory live there.
-    own = [Path(os.environ[v]) for v in ("HOME", "TMPDIR") if os.environ.get(v, "").startswith("/")]
+    own = [Path(p) for p in inherited_paths(("HOME", "TMPDIR")) if p.startswith("/")]
     access = default_fs_access(
         Path(job.workdir),
         read=[Path(p) for p in job.read_dirs],

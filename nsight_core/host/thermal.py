@@ -19,7 +19,6 @@ and acts only while a profiled run starts), so a wait never lands inside a measu
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nsight_core.annotation import current_run_context
+from nsight_core.processes.sandbox.env import inherited
 
 ThermalMode = Literal["auto", "manual", "off"]
 GuardStatus = Literal["off", "unavailable", "ok", "waited", "timed_out", "budget_spent"]
@@ -195,7 +195,7 @@ class ThermalGuard:
 
 
 def _visible_entry(ordinal: int) -> str | None:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = inherited("CUDA_VISIBLE_DEVICES")  # what CUDA in this very process reads
     if visible is None:
         return None
     entries = [e.strip() for e in visible.split(",") if e.strip()]

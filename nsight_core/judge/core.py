@@ -80,6 +80,7 @@ from nsight_core.processes.launch import (
 from nsight_core.processes.sandbox import (
     age_of_process,
 )
+from nsight_core.processes.sandbox.env import take_inherited
 from nsight_core.processes.seat import Seat
 from nsight_core.protocol import (
     EVENTS_FILE,
@@ -1169,7 +1170,7 @@ def _run_job(
 def _release_fd() -> int | None:
     """The pool's release pipe (pre-started judges only); removed from the environment, so
     nothing this process starts is told of it (nor inherits it: sandbox.py closes it)."""
-    raw = os.environ.pop(RELEASE_FD_ENV, "")
+    raw = take_inherited(RELEASE_FD_ENV)
     try:
         return int(raw) if raw else None
     except ValueError:

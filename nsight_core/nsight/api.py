@@ -51,6 +51,7 @@ from nsight_core.nsight.nsight_errors import (
 from nsight_core.nsight.profile_results import ProfileResults, job_dir_for, write_files
 from nsight_core.nsight.thermal_guard import apply_thermal, require_nvml, thermal_settings
 from nsight_core.nsight.tools import default_backend
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import (
     BACKENDS,
     CACHE_CONTROLS,
@@ -352,6 +353,9 @@ class _Profiled:
                 params=[params_of(func, b) for b in bound],
                 settings=settings,
                 job_dir=job_dir,
+                # The `@kernel` API is an edge of the engine: the environment is read here,
+                # once a call, and passed down.
+                config=EngineConfig.from_env(),
                 derive_metric=opts.derive_metric,
                 normalize_against=opts.normalize_against,
                 by_value=[func, *(c.callback for c in opts.collectors)],

@@ -143,6 +143,7 @@ def run_function(
     params: Sequence[dict[str, Any]],
     settings: JobSettings,
     job_dir: Path,
+    config: EngineConfig,
     derive_metric: Callable[..., Any] | None = None,
     normalize_against: str | None = None,
     by_value: Sequence[Callable[..., Any]] = (),
@@ -165,8 +166,7 @@ def run_function(
         # The combiner callable stays in this process, where the rows are built.
         settings=dataclasses.replace(settings, combine_fn=None).wire(),
     )
-    # The `@kernel` API is an edge of the engine: it reads the environment here, once a call.
-    run = run_worker(job, job_dir, settings, EngineConfig.from_env())
+    run = run_worker(job, job_dir, settings, config)
     got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
     measured_values = values

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nsight_core.processes.sandbox import Deadline, SandboxLimits, SandboxOutcome, run_sandboxed
+from nsight_core.processes.sandbox.env import inherited_with_prefix
 from nsight_core.runtime.files import CONTESTANT_SOCKET, MAX_REPLY_BYTES
 
 SUN_PATH_MAX = 107
@@ -199,8 +200,7 @@ class ContestantProcess:
 def contestant_env() -> dict[str, str]:
     """The contestant's own settings the pipeline handed the judge (``NSPY_CONTESTANT_X``
     becomes ``X``): its JIT caches, which are not the judge's."""
-    n = len(CONTESTANT_ENV_PREFIX)
-    return {k[n:]: v for k, v in os.environ.items() if k.startswith(CONTESTANT_ENV_PREFIX)}
+    return inherited_with_prefix(CONTESTANT_ENV_PREFIX)
 
 
 @dataclass

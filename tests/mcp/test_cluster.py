@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from nsight_core.plan.config import EngineConfig
 from nspy_mcp.cluster import run_on_worker
 from nspy_mcp.executors import parse_executor
 from nspy_mcp.server import build_server
@@ -52,15 +53,12 @@ async def cluster_address(own_tempdir: Path) -> AsyncIterator[str]:
         yield f"dask://{address}"
 
 
-def test_the_executor_is_local_by_default_or_a_dask_scheduler_address(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("NSPY_MCP_EXECUTOR", raising=False)
-    assert parse_executor(None) is None
+def test_the_executor_is_local_by_default_or_a_dask_scheduler_address() -> None:
+    assert parse_executor(EngineConfig.from_env({}).executor) is None
     assert parse_executor("local") is None
     assert parse_executor("dask://gpu-head:8786") == "tcp://gpu-head:8786"
-    monkeypatch.setenv("NSPY_MCP_EXECUTOR", "dask://10.0.0.5:8786")
-    assert parse_executor(None) == "tcp://10.0.0.5:8786"
+    config = EngineConfig.from_env({"NSPY_MCP_EXECUTOR": " dask://10.0.0.5:8786 "})
+    assert parse_executor(config.executor) == "tcp://10.0.0.5:8786"
     with pytest.raises(ValueError, match="dask://HOST:PORT"):
         parse_executor("ray://head:10001")
     assert callable(run_on_worker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from nspy_mcp.demo import DemoError, choose_plan, run_demo
 def test_the_demo_runs_the_loop_over_stdio_and_shows_an_incorrect_verdict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = run_demo(store=str(tmp_path), backend="events")
+    code = run_demo(store=str(tmp_path), backend="events", environ=os.environ)
 
     out = capsys.readouterr().out
     assert code == 0, out

@@ -18,6 +18,7 @@ from mcp import Client
 from pydantic import ValidationError
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import ProfileRequest
 from nspy_mcp.devices import (
     CPU_SLOT,
@@ -55,11 +56,11 @@ def _request(**extra: Any) -> ProfileRequest:
 # -- the GPU list and the request's device -----------------------------------------------------
 
 
-def test_a_host_whose_cuda_visible_devices_is_empty_has_the_cpu_slot_only(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert discover_slots() == [CPU_SLOT]
+def test_a_host_whose_cuda_visible_devices_is_empty_has_the_cpu_slot_only() -> None:
+    config = EngineConfig.from_env({"CUDA_VISIBLE_DEVICES": ""})
+    assert config.visible_devices == ""
+    assert discover_slots(config.visible_devices) == [CPU_SLOT]
+    assert discover_slots("-1") == [CPU_SLOT]
 
 
 def test_device_takes_an_index_or_a_gpu_uuid_and_nothing_else() -> None:

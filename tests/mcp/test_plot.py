@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.errors import ErrorClass
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Comparison
 from nsight_core.store.result_store import ResultStore
@@ -50,7 +51,10 @@ def test_plot_writes_a_png_of_the_speedups(
     result_id = _stored_result_with_speedups(tmp_path / "store")
     out = tmp_path / "speedups.png"
 
-    assert run_plot(result_id, output=str(out), store=str(tmp_path / "store")) == 0
+    assert (
+        run_plot(result_id, output=str(out), store=str(tmp_path / "store"), config=EngineConfig())
+        == 0
+    )
 
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert str(out) in capsys.readouterr().out
@@ -59,7 +63,9 @@ def test_plot_writes_a_png_of_the_speedups(
 def test_plot_of_an_unknown_result_fails_with_a_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = run_plot("r20261201T120000123-0a1b2c3d", output=None, store=str(tmp_path))
+    code = run_plot(
+        "r20261201T120000123-0a1b2c3d", output=None, store=str(tmp_path), config=EngineConfig()
+    )
     assert code == 2
     assert "invalid_request" in capsys.readouterr().err
 
@@ -75,5 +81,10 @@ def test_plot_of_a_result_without_speedups_says_so(
             store.create(request).result_id, ErrorClass.CRASHED, "boom"
         ).result_id
 
-    assert run_plot(result_id, output=str(tmp_path / "x.png"), store=str(tmp_path)) == 2
+    assert (
+        run_plot(
+            result_id, output=str(tmp_path / "x.png"), store=str(tmp_path), config=EngineConfig()
+        )
+        == 2
+    )
     assert "no speedups" in capsys.readouterr().err

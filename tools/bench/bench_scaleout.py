@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
+from nsight_core.plan.config import EngineConfig  # noqa: E402
 from nspy_mcp import demo_kernels  # noqa: E402
 from nspy_mcp.devices import CPU_SLOT, DeviceLocks, GpuSlot, discover_slots  # noqa: E402
 from nspy_mcp.server import build_server  # noqa: E402
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write the numbers to this file")
     args = p.parse_args(argv)
 
-    slots = discover_slots()
+    slots = discover_slots(EngineConfig.from_env().visible_devices)
     gpu = slots != [CPU_SLOT]
     if not gpu:
         count = max(2, os.cpu_count() or 2)

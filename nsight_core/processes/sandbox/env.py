@@ -2,13 +2,25 @@
 
 Its own module because it is the one policy a reviewer checks line by line: which names pass,
 which patterns are dropped even then, and which variables every child gets from us.
+
+It is also the one engine module outside `nsight_core.plan.config` that reads the process's
+environment (the CLI is the third: three modules read it, not the two that "configuration at
+the edge" asked for). The reads here are not user settings but the other side of the policy
+above: what a process we started finds in the environment we gave it (its job marker and
+pipe, its private HOME and TMPDIR, the PYTHONPATH and caches its Landlock rules must keep
+readable, its contestant's variables, the GPU CUDA shows it), and what this process hands on
+to its own children. Such a process starts from ``exec`` with nothing but its argv and
+environment, before any configuration object could reach it, so it reads them where it
+starts, through the functions below (`inherited` and its kin); user settings come from
+`EngineConfig` (host/probe.py and host/ncu_install.py still read theirs: their deep
+callers have no config to pass yet).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ENV_ALLOW_NAMES = frozenset(
@@ -54,6 +66,34 @@ ENV_DENY_PATTERNS = (
     "AWS_*",
 )
 """Dropped even when allowed above: candidate code must never see the server's credentials."""
+
+
+def inherited(name: str) -> str | None:
+    """What whoever started this process put in ``name`` (None: nothing)."""
+    return os.environ.get(name)
+
+
+def take_inherited(name: str) -> str:
+    """``name``'s value ('' if unset), removed from this process's environment, so that
+    nothing it starts later is told of it."""
+    return os.environ.pop(name, "")
+
+
+def inherited_with_prefix(prefix: str) -> dict[str, str]:
+    """The variables named ``prefix``X, as X: values meant for a process this one starts."""
+    n = len(prefix)
+    return {k[n:]: v for k, v in os.environ.items() if k.startswith(prefix)}
+
+
+def inherited_paths(names: Sequence[str]) -> list[str]:
+    """The non-empty values of ``names``, in order (directories this process was given)."""
+    return [value for name in names if (value := os.environ.get(name))]
+
+
+def inherited_pythonpath() -> list[str]:
+    """This process's PYTHONPATH entries that are absolute paths."""
+    raw = os.environ.get("PYTHONPATH", "")
+    return [p for p in raw.split(os.pathsep) if os.path.isabs(p)]
 
 
 def build_env(

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nsight_core.processes.sandbox.env import inherited_paths, inherited_pythonpath
 from nsight_core.processes.sandbox.this_process import LIBC, PR_SET_NO_NEW_PRIVS, prctl
 
 _SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture
@@ -112,8 +113,8 @@ def default_fs_access(
     py.update(site.getsitepackages())
     py.add(site.getusersitepackages())
     py.update(p for p in sys.path if os.path.isabs(p))
-    py.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p))
-    caches = [os.environ[v] for v in CACHE_DIR_VARS if os.environ.get(v)]
+    py.update(inherited_pythonpath())
+    caches = inherited_paths(CACHE_DIR_VARS)
     for cache in caches:  # a rule grants nothing for a path that does not exist yet
         with contextlib.suppress(OSError):
             Path(cache).mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nsight_core.errors import WORKER_EXIT_CLASS, ErrorClass
-from nsight_core.processes.sandbox.env import build_env
+from nsight_core.processes.sandbox.env import build_env, inherited
 from nsight_core.processes.sandbox.landlock import FsAccess, landlock_enforce, landlock_ruleset
 from nsight_core.processes.sandbox.limits import Deadline, SandboxLimits
 from nsight_core.processes.sandbox.memory import default_memory_limit
@@ -177,7 +177,7 @@ def run_sandboxed(
     tmp = Path(tempfile.mkdtemp(prefix="nspy-job-"))
     start = time.monotonic()
     child_env = build_env(env, home=tmp)
-    outer = os.environ.get(JOB_MARKER_ENV, "")
+    outer = inherited(JOB_MARKER_ENV) or ""  # a job inside a job: both markers
     child_env[JOB_MARKER_ENV] = f"{outer} {token}".strip()
     watch_r, watch_w = os.pipe()  # both ends close-on-exec; only watch_r is passed on
     child_env[PARENT_FD_ENV] = str(watch_r)

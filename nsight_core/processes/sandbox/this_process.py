@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from nsight_core.processes.sandbox.env import inherited
 from nsight_core.processes.sandbox.tree import (
     JOB_MARKER_ENV,
     kill_pids,
@@ -82,7 +83,7 @@ def watch_parent_pipe() -> bool:
     Returns False when this process was not started by `run_sandboxed`. Call it early,
     before candidate code runs and before threads are started.
     """
-    raw = os.environ.get(PARENT_FD_ENV, "")
+    raw = inherited(PARENT_FD_ENV) or ""
     if not raw.isdigit():
         return False
     fd = int(raw)
@@ -91,7 +92,7 @@ def watch_parent_pipe() -> bool:
     except OSError:
         return False
     os.set_inheritable(fd, False)
-    token = os.environ.get(JOB_MARKER_ENV, "").split()[-1:]
+    token = (inherited(JOB_MARKER_ENV) or "").split()[-1:]
     if os.fork() != 0:
         return True
     try:  # the watcher: no threads, only system calls until it kills the group
