@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
         launched = launch(plan) if plan is not None else None
     handover = Handover(home, launches=not prestarted)  # before anything slow
     early = EarlyCuda()  # this process's CUDA context, while it imports (early_cuda.py)
-    from nsight_core.judge import core as judge  # lazy: the contestant or the handover is up
+    from nsight_core.judge import entry as judge  # lazy: the contestant or the handover is up
     from nsight_core.runtime.process import exit_now  # lazy: the judge has loaded it by now
 
     if prestarted:

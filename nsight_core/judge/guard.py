@@ -31,6 +31,7 @@ _OWN_MODULES = (
     "nsight_core.judge.verdict",
     "nsight_core.judge.regimes",
     "nsight_core.judge.core",
+    "nsight_core.judge.entry",
     "nsight_core.runtime.compare",
     "nsight_core.runtime.check",
     "nsight_core.runtime.exchange",

@@ -14,7 +14,8 @@ import pytest
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Records, Wrapped, register
 from nsight_core.errors import NsightCoreError
-from nsight_core.judge.core import Judge, check_path_once
+from nsight_core.judge.core import Judge
+from nsight_core.judge.entry import check_path_once
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import jit_cache_env
@@ -236,7 +237,7 @@ def test_a_cold_job_starts_its_contestant_from_the_servers_plan_before_the_judge
     assert left == []  # the judge's home and the contestant's private directory are removed
 
 
-@pytest.mark.parametrize("module", ["nsight_core.contestant.core", "nsight_core.judge.core"])
+@pytest.mark.parametrize("module", ["nsight_core.contestant.core", "nsight_core.judge.entry"])
 def test_a_jobs_processes_import_no_backend_they_do_not_run(module: str) -> None:
     """A contestant or judge imports its timer's backend, not ncu's with the metric catalog
     and the environment probe (0.36 s -> 0.25 s of the contestant's import on CPU); a

@@ -242,8 +242,8 @@ def startup_costs() -> str:
         "import nsight_core.contestant.core": [
             sys.executable, "-P", "-c", "import nsight_core.contestant.core",
         ],
-        "import nsight_core.judge.core": [
-            sys.executable, "-P", "-c", "import nsight_core.judge.core",
+        "import nsight_core.judge.entry": [
+            sys.executable, "-P", "-c", "import nsight_core.judge.entry",
         ],
     }  # fmt: skip
     out = []
