@@ -241,7 +241,7 @@ class Contestant:
                     self.device = detect_device((args, kwargs))
                 self.device.sync()
                 t1 = time.monotonic()
-                # Mutation is the judge's finding, from its own input slots (judge/core.py);
+                # Mutation is the judge's finding, from its own input slots (judge/calls.py);
                 # only arrays that are copies of their slot (a strided layout, a device
                 # crossing) are compared here, so no other copy adds harness kernels.
                 own = (

@@ -17,7 +17,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from nsight_core.errors import JobExit
-from nsight_core.judge.core import START_TIMEOUT_S, Inputs, Judge
+from nsight_core.judge.calls import Inputs
+from nsight_core.judge.core import START_TIMEOUT_S, Judge
 from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.verdict import Tally, judge_output, trivial_bound
 from nsight_core.processes.handover import Handover
@@ -184,7 +185,7 @@ def _run_job(
     the job is written."""
     assert job.request is not None
     judge = Judge(job, job.request, job_dir, seat, gpu=gpu)
-    judge.phase_seconds.update(phases)
+    judge.account.phase_seconds.update(phases)
     try:
         code = judge.run(spawn_s)
     except Exception as exc:

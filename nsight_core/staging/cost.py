@@ -105,7 +105,7 @@ class StagingEstimate:
 
 
 def calls_per_config(request: ProfileRequest) -> int:
-    """Calls of one callable on one config, as the judge makes them (judge/core.py,
+    """Calls of one callable on one config, as the judge makes them (judge/config_run.py,
     `untimed_calls`, and its determinism check on the first checked call)."""
     check = request.check
     short = check.seeds - request.runs if check.enabled else 0
