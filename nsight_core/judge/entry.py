@@ -109,7 +109,9 @@ def standby_main(
     try:
         seat.wait_ready(START_TIMEOUT_S)
     except (ContestantGone, TimeoutError, ValueError) as exc:
-        sys.stderr.write(f"nsight_core.judge.core: the standby's contestant did not start: {exc}\n")
+        sys.stderr.write(
+            f"nsight_core.judge.entry: the standby's contestant did not start: {exc}\n"
+        )
         seat.close()
         return int(JobExit.OK)
     (home / READY_FILE).touch()
@@ -120,7 +122,7 @@ def standby_main(
         return int(JobExit.OK)
     job = _read_job(taken.job_dir, spec)
     if isinstance(job, str):
-        sys.stderr.write(f"nsight_core.judge.core: {job}\n")
+        sys.stderr.write(f"nsight_core.judge.entry: {job}\n")
         seat.close()
         return int(JobExit.BAD_JOB)
     phases = {"standby_idle": round(time.monotonic() - idle0, 4)}
@@ -148,7 +150,7 @@ def idle_main(home: Path, handover: Handover, early: EarlyCuda | None = None) ->
     seat = Seat(spec, home, prestarted=False, launched=taken.launched)
     job = _read_job(taken.job_dir, spec)
     if isinstance(job, str):
-        sys.stderr.write(f"nsight_core.judge.core: {job}\n")
+        sys.stderr.write(f"nsight_core.judge.entry: {job}\n")
         seat.close()
         return int(JobExit.BAD_JOB)
     gpu = GpuSampler.for_backend(seat.backend.evidence)
@@ -166,7 +168,7 @@ def _read_spec(home: Path, launched: Launched | None) -> LaunchSpec | None:
     try:
         return LaunchSpec.model_validate_json((home / STANDBY_FILE).read_text())
     except (OSError, ValidationError) as exc:
-        sys.stderr.write(f"nsight_core.judge.core: bad launch file: {exc}\n")
+        sys.stderr.write(f"nsight_core.judge.entry: bad launch file: {exc}\n")
         if launched is not None:
             launched.proc.cancel.set()
         return None
