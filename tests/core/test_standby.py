@@ -18,7 +18,8 @@ import pytest
 from nsight_core.pipeline import run_profile_job
 from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import Deadline, SandboxLimits, run_sandboxed
-from nsight_core.processes.standby import Standby, StandbyMemory, StandbyPool
+from nsight_core.processes.standby import Standby, StandbyPool
+from nsight_core.processes.standby_memory import StandbyMemory
 from nsight_core.protocol import JUDGE_DIR, STANDBY_SOCKET, STDERR_FILE
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
