@@ -204,7 +204,10 @@ class LocalExecutor:
             pool = self._pools.get(slot.key)
             if pool is None:
                 pool = self._pools[slot.key] = StandbyPool(
-                    self.config.standby_idle_s, memory=self.memory, slot=slot.key
+                    self.config.standby_idle_s,
+                    memory=self.memory,
+                    slot=slot.key,
+                    config=self.config,
                 )
             return pool
 

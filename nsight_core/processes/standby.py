@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from nsight_core.plan.config import DEFAULT_IDLE_S, STANDBY_MARGIN_S
+from nsight_core.plan.config import DEFAULT_IDLE_S, STANDBY_MARGIN_S, EngineConfig
 from nsight_core.processes.launch import socket_home
 from nsight_core.processes.pool_policy import (
     DEFAULT_CAPACITY,
@@ -96,6 +96,7 @@ class Standby:
         self,
         key: StandbyKey,
         idle_s: float,
+        config: EngineConfig,
         *,
         speculative: bool = False,
         prestarted: bool = True,
@@ -109,6 +110,8 @@ class Standby:
         the job's settings at the handover."""
         self.key = key
         self.idle_s = idle_s
+        self.config = config
+        """Its server's settings: the tools its contestant's command is wrapped with."""
         self.speculative = speculative
         """Started at the server's start from `StandbyMemory`, not after a job like it: a
         job that arrives while it still starts retires it instead of waiting (`settle`)."""
@@ -143,7 +146,7 @@ class Standby:
         (self.home / STANDBY_FILE).write_text(spec)
         with contextlib.suppress(Exception):
             plan = plan_launch(
-                LaunchSpec.model_validate_json(spec), self.home, prestarted=prestarted
+                LaunchSpec.model_validate_json(spec), self.home, self.config, prestarted=prestarted
             )
             plan.write(self.home)
             self._private = plan.private
@@ -283,7 +286,10 @@ class StandbyPool:
         *,
         memory: StandbyMemory | None = None,
         slot: str = "",
+        config: EngineConfig,
     ) -> None:
+        self.config = config
+        """The server's settings, which its judges' contestants are wrapped with."""
         self.policy = PoolPolicy(max(1, capacity), idle_s if idle_s is not None else DEFAULT_IDLE_S)
         self.memory = memory
         """Where the settings of this pool's standbys are written (`slot` names the pool)."""
@@ -354,7 +360,7 @@ class StandbyPool:
             elif spare is not None:
                 self.taken_idle += 1
         if spare is None:
-            spare = Standby(key, wall_s, prestarted=False)
+            spare = Standby(key, wall_s, self.config, prestarted=False)
             why = spare.hand(job_dir, wall_s, poll)
             if why is not None:  # it ended before it took the job: how it ended is the error
                 spare.cancel.set()
@@ -399,7 +405,7 @@ class StandbyPool:
             base = self._idle_base
             if self._closed or base is None or (self._idle is not None and self._idle.alive()):
                 return
-            old, self._idle = self._idle, Standby(base, self.policy.idle_s, idle=True)
+            old, self._idle = self._idle, Standby(base, self.policy.idle_s, self.config, idle=True)
         if old is not None:
             old.retire()
 
@@ -473,7 +479,9 @@ class StandbyPool:
         with self._lock:
             if self._closed:
                 return
-            self._spares[key] = Standby(key, self.policy.idle_s, speculative=speculative)
+            self._spares[key] = Standby(
+                key, self.policy.idle_s, self.config, speculative=speculative
+            )
             specs = [LaunchSpec.model_validate_json(k.spec) for k in self._spares]
         if not speculative:
             self._start_idle()  # the next job with new settings: the one before took it
