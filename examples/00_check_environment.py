@@ -8,10 +8,11 @@ only looks; it never changes a driver setting. The `events` backend works everyw
 from __future__ import annotations
 
 from nsight_core.host.probe import EnvironmentReport, probe_environment
+from nsight_core.plan.config import EngineConfig
 
 
 def main() -> EnvironmentReport:
-    report = probe_environment()
+    report = probe_environment(EngineConfig.from_env())  # this script is the engine's edge
     gpus = ", ".join(g.name for g in report.gpus) or f"none ({report.gpu_error or 'not found'})"
     print(f"GPUs: {gpus}")
     print(f"ncu: {report.ncu_used or 'not found'}")

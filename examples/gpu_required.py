@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from nsight_core.host.probe import probe_environment
+from nsight_core.plan.config import EngineConfig
 
 EXIT_CODE = 2
 EVENTS_ENGINE = "examples/01_profile_softmax_events.py (the same engine call on the CPU)"
@@ -23,7 +24,7 @@ EVENTS_KERNEL = "examples/10_kernel_events_cpu.py (the same @kernel API on the C
 def missing(*, triton: bool = False) -> list[str]:
     """What this host lacks for an ncu GPU example; empty when it can run one."""
     gaps: list[str] = []
-    env = probe_environment()
+    env = probe_environment(EngineConfig.from_env())
     if not env.gpus:
         gaps.append("no NVIDIA GPU visible" + (f" ({env.gpu_error})" if env.gpu_error else ""))
     ncu = next(b for b in env.backends if b.name == "ncu")

@@ -61,10 +61,11 @@ from nsight_core.rows.runs import EventTail, JobRun, ProgressCallback, read_even
 from nsight_core.settings import JobSettings
 
 
-def preflight(request: ProfileRequest) -> None:
-    """Refuse a request that cannot work here, before anything is queued or started."""
+def preflight(request: ProfileRequest, config: EngineConfig) -> None:
+    """Refuse a request that cannot work here (the host ``config`` describes), before
+    anything is queued or started."""
     refuse_summed_rates(request.metrics, request.kernels)
-    get_backend(request.backend).preflight(JobSettings.of_request(request))
+    get_backend(request.backend).preflight(JobSettings.of_request(request), config)
     check_trusted_apart(request)
     check_named_files(request)
 
@@ -137,14 +138,16 @@ def run_profile_job(
     job_dir = Path(job_dir)
     config = config if config is not None else EngineConfig.from_env()  # once, for both plans
     try:
-        request = resolve_defaults(request)
-        preflight(request)
+        request = resolve_defaults(request, config)
+        preflight(request, config)
         plan = plan_job(request, job_dir, config, gpu=gpu)
     except NsightCoreError as err:
         return refused(err, result_id=result_id, created_at=created)
     job_dir.mkdir(parents=True, exist_ok=True)
     waits: dict[str, float] = {}
-    run = run_planned(plan, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits)
+    run = run_planned(
+        plan, config, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits
+    )
     rest = _after_a_hang(request, plan, run, cancel)
     if isinstance(rest, list):
         run = _with_failures(run, rest)
@@ -153,7 +156,7 @@ def run_profile_job(
             (job_dir / REST_DIR).mkdir(exist_ok=True)
             again = plan_job(rest, job_dir / REST_DIR, config, gpu=gpu)
             more = run_planned(
-                again, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits
+                again, config, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits
             )
             run = _joined(run, more)
     result = assemble_result(request, run, result_id=result_id, created_at=created)
@@ -221,6 +224,7 @@ def _with_failures(run: JobRun, more: Sequence[FailureEvent], *, first: bool = F
 
 def run_planned(
     plan: JobPlan,
+    config: EngineConfig,
     *,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
@@ -238,7 +242,7 @@ def run_planned(
     key = StandbyKey.of(plan.launch, plan.env, plan.memory_bytes)
     load_before = host_load()
     tenants = TenantWatch(plan.settings.gpu)
-    tail, outcome, wall_s = _attempt(plan, key, on_progress, cancel, standby, waits)
+    tail, outcome, wall_s = _attempt(plan, config, key, on_progress, cancel, standby, waits)
     if _retry_after_busy_profiler(plan, outcome, wall_s, cancel):
         # Another process held the GPU's profiler (none of ours: the pool's rule). Once
         # more, after our own holders are gone; the first attempt's files are kept aside.
@@ -247,7 +251,7 @@ def run_planned(
         _set_aside(job_dir, FIRST_ATTEMPT_DIR)
         time.sleep(BUSY_PROFILER_RETRY_DELAY_S)
         first_s = wall_s + BUSY_PROFILER_RETRY_DELAY_S
-        tail, outcome, wall_s = _attempt(plan, key, on_progress, cancel, standby, waits)
+        tail, outcome, wall_s = _attempt(plan, config, key, on_progress, cancel, standby, waits)
         if waits is not None:  # the first attempt is time before this run, named so
             waits["profiler_retry"] = first_s
     if standby is not None:
@@ -290,6 +294,7 @@ BUSY_PROFILER_RETRY_DELAY_S = 2.0
 
 def _attempt(
     plan: JobPlan,
+    config: EngineConfig,
     key: StandbyKey,
     on_progress: ProgressCallback | None,
     cancel: threading.Event | None,
@@ -302,7 +307,7 @@ def _attempt(
     # One start path: the pool's judge pre-started for this key, else one started for it
     # now and handed the job at once; without a pool (pre-started judges off), a pool of
     # this job alone.
-    pool = standby if standby is not None else StandbyPool(capacity=1)
+    pool = standby if standby is not None else StandbyPool(capacity=1, config=config)
     _settle(standby, waits, key)  # also before a job that will not use it: nothing may overlap
     t0 = time.monotonic()
     try:
@@ -345,8 +350,8 @@ def run_worker(job: JobSpec, job_dir: Path, settings: JobSettings, config: Engin
     backend = get_backend(settings.backend)
     job.write(job_dir)
     argv = [sys.executable, "-P", "-m", "nsight_core.contestant", "--function", str(job_dir)]
-    wrapped = backend.wrap(argv, settings.launch(), job_dir)
-    wrapped = dataclasses.replace(wrapped, tool_version=backend.tool_version())
+    wrapped = backend.wrap(argv, settings.launch(), job_dir, config)
+    wrapped = dataclasses.replace(wrapped, tool_version=backend.tool_version(wrapped.argv))
     tail = EventTail(job_dir / EVENTS_FILE, None)
     t0 = time.monotonic()
     outcome = run_sandboxed(

@@ -98,7 +98,7 @@ def run_job(
     cancel: threading.Event | None = None,
     gpu: str | None = None,
     standby: StandbyPool | None = None,
-    config: EngineConfig | None = None,
+    config: EngineConfig,
 ) -> ProfileResult:
     """One request, staged or not: what the job queue and cluster workers call."""
     if request.stages is None:
@@ -136,7 +136,7 @@ def run_staged(
     gpu: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     standby: StandbyPool | None = None,
-    config: EngineConfig | None = None,
+    config: EngineConfig,
     costs: StageCosts | None = None,
     force_screen: bool = False,
 ) -> ProfileResult:
@@ -151,7 +151,7 @@ def run_staged(
     """
     assert request.stages is not None, "run_staged needs a request with stages"
     created = iso(utc_now())
-    final_backend = config.profile_backend if config is not None else None
+    final_backend = config.profile_backend
     run = StagedRun(
         request=request,
         job_dir=Path(job_dir),
@@ -168,12 +168,12 @@ def run_staged(
     )
     try:
         preflight_request(request, config=config)
-        screen_backend, fallback_note = choose_screen(request)
+        screen_backend, fallback_note = choose_screen(request, config)
     except NsightCoreError as err:
         return refused(err, result_id=result_id, created_at=created)
     if costs is None and final_backend is None:
         costs = H200_COSTS
-    estimate = estimate_staging(request, costs) if costs is not None else None
+    estimate = estimate_staging(request, costs, config) if costs is not None else None
     if estimate is not None and not estimate.pays and not force_screen:
         return _unscreened(run, screen_backend, estimate, clock)
     notes = [estimate.explain()] if estimate is not None else []

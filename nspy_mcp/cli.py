@@ -32,12 +32,12 @@ STDIO_TTY_NOTE = (
 )
 
 
-def _warm_first_request() -> None:
+def _warm_first_request(config: EngineConfig) -> None:
     from nsight_core.collectors.extract import warm_report_reader  # lazy: serve only
     from nsight_core.host.catalog import warm_metric_check  # lazy: serve only
     from nsight_core.store.result_store import warm_result_validator  # lazy: serve only
 
-    warm_metric_check()
+    warm_metric_check(config)
     warm_result_validator()
     warm_report_reader()  # last: a first result needs it seconds later, not at once
 
@@ -138,7 +138,7 @@ def _main(argv: Sequence[str] | None) -> int:
         local = start_local(store, executor, config)
         try:
             threading.Thread(
-                target=_warm_first_request, name="nspy warm probe", daemon=True
+                target=_warm_first_request, args=(config,), name="nspy warm probe", daemon=True
             ).start()
             from nspy_mcp.server import serve  # lazy: each command loads only what it needs
 
@@ -169,7 +169,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if command == "metrics":
         from nspy_mcp.env_cmd import run_metrics  # lazy: each command loads only what it needs
 
-        return run_metrics(args.names, chip=args.chip, as_json=args.json)
+        return run_metrics(args.names, chip=args.chip, as_json=args.json, config=_config())
     if command == "plot":
         from nspy_mcp.plot import run_plot  # lazy: each command loads only what it needs
 

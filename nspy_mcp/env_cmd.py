@@ -90,7 +90,7 @@ def _canary_line(c: CanaryCheck) -> str:
 
 
 def run_env(*, deep: bool, refresh: bool, as_json: bool, config: EngineConfig) -> int:
-    report = probe_environment(deep=deep, refresh=refresh, memory_setting=config.job_memory)
+    report = probe_environment(config, deep=deep, refresh=refresh, memory_setting=config.job_memory)
     if deep:
         from nspy_mcp.canaries import with_canaries  # lazy: the engine's jobs, for --deep only
 
@@ -124,9 +124,11 @@ def _cli_hint(note: str) -> str:
     return note.replace("pass chip=", "pass --chip")
 
 
-def run_metrics(names: Sequence[str], *, chip: str | None, as_json: bool) -> int:
+def run_metrics(
+    names: Sequence[str], *, chip: str | None, as_json: bool, config: EngineConfig
+) -> int:
     try:
-        v = validate_metrics(list(names), chip)
+        v = validate_metrics(list(names), chip, config=config)
     except NsightCoreError as exc:
         if as_json:
             import json

@@ -29,7 +29,8 @@ from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import job_env
 from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import default_memory_limit
-from nsight_core.processes.standby import MEMORY_FILE, StandbyMemory, StandbyPool
+from nsight_core.processes.standby import StandbyPool
+from nsight_core.processes.standby_memory import MEMORY_FILE, StandbyMemory
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -203,7 +204,10 @@ class LocalExecutor:
             pool = self._pools.get(slot.key)
             if pool is None:
                 pool = self._pools[slot.key] = StandbyPool(
-                    self.config.standby_idle_s, memory=self.memory, slot=slot.key
+                    self.config.standby_idle_s,
+                    memory=self.memory,
+                    slot=slot.key,
+                    config=self.config,
                 )
             return pool
 

@@ -41,6 +41,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from nsight_core.errors import ErrorClass
+from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.request_defaults import resolve_defaults
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
@@ -71,10 +72,17 @@ class JobQueue:
         store: ResultStore,
         task_group: anyio.abc.TaskGroup,
         executor: Executor | DeviceLocks,
+        config: EngineConfig,
     ) -> None:
         self._store = store
+        self._config = config
+        """The server's settings: a request's default backend is what this host can run."""
         self._tg = task_group
-        self._executor = LocalExecutor(executor) if isinstance(executor, DeviceLocks) else executor
+        self._executor = (
+            LocalExecutor(executor, config=config)
+            if isinstance(executor, DeviceLocks)
+            else executor
+        )
         self._jobs: dict[str, Job] = {}
         self._token = anyio.lowlevel.current_token()
 
@@ -83,7 +91,7 @@ class JobQueue:
     async def submit(self, request: ProfileRequest) -> Job:
         """Fill what the request leaves out (its backend, a GPU MODE task's tests), check it,
         register it and start it; raises NsightCoreError if refused."""
-        request = await anyio.to_thread.run_sync(resolve_defaults, request)
+        request = await anyio.to_thread.run_sync(resolve_defaults, request, self._config)
         want = await self._executor.check(request)
         placeholder = await anyio.to_thread.run_sync(self._store.create, request)
         job = Job(

@@ -180,18 +180,19 @@ async def check_environment(
     and `remediation` steps. Pick the backend from it; 'events' works everywhere (time
     only). It never changes driver or GPU settings: report a permission problem instead.
     """
-    config = state_of(ctx).config if ctx is not None else None
+    served = state_of(ctx).config if ctx is not None else None
+    config = served or EngineConfig.from_env()  # a library call is an edge too
     try:
         report = await anyio.to_thread.run_sync(
             partial(
                 probe_environment,
+                config,
                 deep=deep,
                 refresh=refresh,
-                memory_setting=config.job_memory if config is not None else None,
+                memory_setting=served.job_memory if served is not None else None,
             )
         )
         if deep:  # known hacks through the real pipeline, one job per backend
-            config = config or EngineConfig.from_env()  # a library call is an edge too
             report = await anyio.to_thread.run_sync(with_canaries, report, config)
     except NsightCoreError as err:
         raise tool_error(err) from err
@@ -214,6 +215,7 @@ async def validate_metrics(
             description="e.g. 'gh100'; default: the visible GPU's.",
         ),
     ] = None,
+    ctx: Context[AppState, Any] | None = None,
 ) -> Annotated[CallToolResult, MetricsValidation]:
     """Check ncu metric names before profiling with them; profile_candidates refuses bad ones.
 
@@ -222,8 +224,11 @@ async def validate_metrics(
     and the nearest valid names, plus estimated replay passes. Works offline from bundled
     catalogs. Only the 'ncu' backend takes metrics.
     """
+    config = state_of(ctx).config if ctx is not None else EngineConfig.from_env()
     try:
-        checked = await anyio.to_thread.run_sync(partial(catalog_validate_metrics, metrics, chip))
+        checked = await anyio.to_thread.run_sync(
+            partial(catalog_validate_metrics, metrics, chip, config=config)
+        )
     except NsightCoreError as err:
         raise tool_error(err) from err
     return tool_answer(fit_validation(checked))
@@ -403,13 +408,13 @@ async def _cancel(state: AppState, result_id: str) -> ProfileResult:
 # -- the server ----------------------------------------------------------------------------
 
 
-def warm_caches(locks: DeviceLocks) -> None:
+def warm_caches(locks: DeviceLocks, config: EngineConfig) -> None:
     """Fill, in the background at start, what a first request would otherwise wait for: the
     GPU slots (NVML), the environment probe (ncu's version, cupti) and the metric catalog of
     this GPU's chip. All are kept in the process; failures are the request's own to report."""
     with contextlib.suppress(Exception):
         locks.discover()
-    warm_metric_check()  # a no-op when `nspy-mcp serve` began it before importing the server
+    warm_metric_check(config)  # a no-op when `nspy-mcp serve` began it before importing the server
 
 
 def build_server(
@@ -444,7 +449,7 @@ def build_server(
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
         threading.Thread(
-            target=warm_caches, args=(local.locks,), name="nspy warm caches", daemon=True
+            target=warm_caches, args=(local.locks, config), name="nspy warm caches", daemon=True
         ).start()
         if scheduler is None:
             local.begin_prestart()  # the settings an earlier server's jobs used, started now
@@ -453,7 +458,7 @@ def build_server(
             if scheduler is not None:
                 runner = await stack.enter_async_context(DaskExecutor.connect(scheduler))
             tg = await stack.enter_async_context(anyio.create_task_group())
-            jobs = JobQueue(result_store, tg, runner)
+            jobs = JobQueue(result_store, tg, runner, config)
             try:
                 yield AppState(store=result_store, jobs=jobs, config=config)
             finally:

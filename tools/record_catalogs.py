@@ -66,6 +66,7 @@ def _import_stdlib_parts() -> None:
 _import_stdlib_parts()
 
 from nsight_core.host import ncu_install  # noqa: E402
+from nsight_core.plan.config import EngineConfig  # noqa: E402
 from nsight_core.processes.sandbox import run_command  # noqa: E402
 
 QUERY_TIMEOUT_S = 300.0
@@ -161,7 +162,7 @@ def build_from_raw(catalog: Any, version: str, chip: str, texts: dict[tuple[str,
 
 def _find_ncu(args: argparse.Namespace) -> tuple[str, str, list[str]] | str:
     """(ncu path, version, chips), or an error message."""
-    found = ncu_install.discover_ncu()
+    found = ncu_install.discover_ncu(EngineConfig.from_env())
     ncu = args.ncu or found.used
     if not ncu:
         return f"{found.problem}; pass --ncu PATH"

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from nsight_core.collectors.ncu import build_ncu_command, find_ncu, ncu_version
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.rows.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics, diagnose_run
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ncu", default=None, help="ncu executable (default: $NSPY_NCU or PATH)")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset")
     args = p.parse_args(argv)
-    ncu = args.ncu or find_ncu()
+    ncu = args.ncu or find_ncu(EngineConfig.from_env())
     if ncu is None:
         sys.stderr.write("no ncu found: put it on PATH, set NSPY_NCU, or pass --ncu\n")
         return 2

@@ -39,6 +39,7 @@ from nsight_core.collectors.ncu import (
     find_ncu,
     ncu_version,
 )
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import NVTX_DOMAIN, RunKey
 
 TIME_METRIC = "gpu__time_duration.sum"
@@ -583,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     wanted = [c for c in CASES if args.cases is None or c.name in args.cases.split(",")]
-    ncu = args.ncu or find_ncu()
+    ncu = args.ncu or find_ncu(EngineConfig.from_env())
     if ncu is None:
         sys.stderr.write("no ncu found: put it on PATH, set NSPY_NCU, or pass --ncu\n")
         return 2

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.late import late_work_reason
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent, SuspectEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import EvidenceKind, Failure, Row
@@ -94,8 +95,10 @@ class Backend(ABC):
     where only a profiler's view of the whole process would see it (ncu: foreign work;
     cupti: another thread's launches)."""
 
-    def preflight(self, settings: JobSettings) -> None:
-        """Refuse settings this backend cannot honour, before anything starts."""
+    def preflight(self, settings: JobSettings, config: EngineConfig) -> None:
+        """Refuse settings this backend cannot honour, before anything starts; ``config``
+        says which tools this host offers (the ncu to run), as the server that runs the job
+        was given them."""
         defaults = ([DEFAULT_METRIC], [self.default_metric])
         if not self.any_metric and list(settings.metrics) not in defaults:
             raise NsightCoreError(
@@ -117,12 +120,15 @@ class Backend(ABC):
         return list(settings.metrics) if self.any_metric else [self.default_metric]
 
     @abstractmethod
-    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
+    def wrap(
+        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
+    ) -> Wrapped:
         """The command that runs ``argv`` measured by this backend (files go to out_dir)."""
 
-    def tool_version(self) -> str | None:
-        """The wrapping tool's version for provenance (ncu's); asked for after the command
-        has started, since asking runs the tool (off a job's critical path)."""
+    def tool_version(self, command: Sequence[str]) -> str | None:
+        """The wrapping tool's version for provenance (ncu's), of the tool that ``command``
+        (what `wrap` made) runs; asked for after the command has started, since asking runs
+        the tool (off a job's critical path)."""
         return None
 
     def classify_end(

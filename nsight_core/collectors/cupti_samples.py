@@ -26,6 +26,7 @@ from nsight_core.collectors.base import Backend, Records, Wrapped
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.kernel_sets import COPY_METRIC
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
@@ -235,9 +236,9 @@ class CuptiBackend(Backend):
     any_metric = False
     settings_apply = False
 
-    def preflight(self, settings: JobSettings) -> None:
+    def preflight(self, settings: JobSettings, config: EngineConfig) -> None:
         """Time-only settings (the base checks), then cupti-python present and fitting."""
-        super().preflight(settings)
+        super().preflight(settings, config)
         if importlib.util.find_spec("cupti") is None:
             raise NsightCoreError(
                 ErrorClass.INVALID_REQUEST,
@@ -247,7 +248,7 @@ class CuptiBackend(Backend):
             )
         from nsight_core.host.probe import probe_environment  # lazy: server side only
 
-        status = probe_environment().backend("cupti")
+        status = probe_environment(config).backend("cupti")
         if not status.available:
             raise NsightCoreError(
                 ErrorClass.NO_GPU
@@ -277,7 +278,9 @@ class CuptiBackend(Backend):
             return []
         return call_samples(key, ns, kernels, settings.kernels.ignore)
 
-    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
+    def wrap(
+        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
+    ) -> Wrapped:
         return Wrapped(list(argv))
 
     def read_records(

@@ -33,6 +33,7 @@ from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.l2_persist import PersistingL2
 from nsight_core.collectors.window_guard import AfterWindow, WindowGuard, outlived
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Failure
@@ -451,7 +452,7 @@ class EventsBackend(Backend):
     settings_apply = False
     masks_inputs = True
 
-    def preflight(self, settings: JobSettings) -> None:
+    def preflight(self, settings: JobSettings, config: EngineConfig) -> None:
         """Time only, as the base says; the host-inclusive latency may be asked for too."""
         if _asked(settings):
             settings = dataclasses.replace(settings, metrics=(EVENTS_METRIC,))
@@ -463,7 +464,7 @@ class EventsBackend(Backend):
                 f"leave `metrics` at its default, name {EVENTS_LATENCY} for the host-inclusive "
                 "latency too, or use a backend that reads counters (ncu)",
             )
-        super().preflight(settings)
+        super().preflight(settings, config)
 
     def measures(self, settings: JobSettings) -> list[str]:
         asked = _asked(settings)
@@ -487,7 +488,9 @@ class EventsBackend(Backend):
             if (v := values[m]) is not None
         ]
 
-    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
+    def wrap(
+        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
+    ) -> Wrapped:
         return Wrapped(list(argv))
 
     def read_records(

@@ -29,8 +29,9 @@ from nsight_core.collectors.extract import extract_records
 from nsight_core.collectors.ranges import counted_records
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
-from nsight_core.host.ncu_install import NCU_ENV, find_ncu, ncu_version, require_ncu
+from nsight_core.host.ncu_install import find_ncu, ncu_version, require_ncu
 from nsight_core.host.profilers import profiler_users
+from nsight_core.plan.config import NCU_ENV, EngineConfig
 from nsight_core.protocol import (
     NCU_LOG_FILE,
     NCU_NVTX_EXCLUDE,
@@ -293,13 +294,15 @@ class NcuBackend(Backend):
     settings_apply = True
     holds_profiler = True
 
-    def preflight(self, settings: JobSettings) -> None:
-        super().preflight(settings)
-        require_ncu()
-        _refuse_invalid_metrics(settings.metrics)
+    def preflight(self, settings: JobSettings, config: EngineConfig) -> None:
+        super().preflight(settings, config)
+        require_ncu(config)
+        _refuse_invalid_metrics(settings.metrics, config)
 
-    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
-        ncu = require_ncu()
+    def wrap(
+        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
+    ) -> Wrapped:
+        ncu = require_ncu(config)
         report, log = out_dir / REPORT_FILE, out_dir / NCU_LOG_FILE
         # diagnose: ncu also collects the speed-of-light metrics and rules; rows still come
         # from the requested metrics only (read_records), the rest feeds diagnose.py.
@@ -317,8 +320,8 @@ class NcuBackend(Backend):
         )
         return Wrapped(command, None, report, log)
 
-    def tool_version(self) -> str | None:
-        return ncu_version(require_ncu())
+    def tool_version(self, command: Sequence[str]) -> str | None:
+        return ncu_version(command[0]) if command else None
 
     def classify_end(
         self, outcome: SandboxOutcome, wrapped: Wrapped, settings: JobSettings
@@ -402,8 +405,8 @@ def records_from_report(report_path: Path | None, metrics: Sequence[str]) -> Rec
     )
 
 
-def _refuse_invalid_metrics(metrics: Sequence[str]) -> None:
-    report = validate_metrics(list(metrics))
+def _refuse_invalid_metrics(metrics: Sequence[str], config: EngineConfig) -> None:
+    report = validate_metrics(list(metrics), config=config)
     # "unverified" (no catalog for this chip, or a regex) is left to ncu and to the
     # report check in read_records; only names known to be wrong stop the job here.
     bad = [m for m in report.metrics if m.status in ("unknown", "needs_suffix")]

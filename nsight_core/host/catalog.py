@@ -50,6 +50,7 @@ from nsight_core.host.metric_check import (
 )
 from nsight_core.host.ncu_install import DEFAULT_CHIP, parse_list_chips, table_chips
 from nsight_core.host.probe import cache_dir, probe_environment
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.sandbox import run_command
 from nsight_core.request import DEFAULT_METRIC
 
@@ -121,14 +122,14 @@ def load_shipped(chip: str, version_dir: str, root: Path | None = None) -> Catal
     return _index_cache[key]
 
 
-def query_live_catalog(ncu: str, ncu_version: str, chip: str) -> CatalogIndex:
+def query_live_catalog(ncu: str, ncu_version: str, chip: str, config: EngineConfig) -> CatalogIndex:
     """Catalog from a live ``ncu --query-metrics --chips CHIP``, cached per (version, chip)
-    in memory and under the user cache directory. Raises NsightCoreError(PROFILER_ERROR)."""
+    in memory and under ``config``'s cache directory. Raises NsightCoreError(PROFILER_ERROR)."""
     vdir = catalog_version_dir(ncu_version)
     key = ("live", vdir, chip)
     if key in _index_cache:
         return _index_cache[key]
-    path = cache_dir() / "catalogs" / vdir / f"{chip}.json.gz"
+    path = cache_dir(config) / "catalogs" / vdir / f"{chip}.json.gz"
     try:
         idx = CatalogIndex.from_dict(load_catalog_bytes(path.read_bytes()), "live")
     except (OSError, ValueError):
@@ -186,11 +187,11 @@ def known_chips() -> list[str]:
 
 
 def _resolve_chip(
-    chip: str | None, notes: list[str]
+    chip: str | None, notes: list[str], config: EngineConfig
 ) -> tuple[str, Literal["argument", "gpu", "default"]]:
     if chip:
         return chip.strip().lower(), "argument"
-    env = probe_environment()
+    env = probe_environment(config)
     if env.gpus and (gchip := env.gpus[0].chip):
         g = env.gpus[0]
         notes.append(f"chip {gchip} inferred from GPU 0 ({g.name}, cc {g.compute_capability})")
@@ -208,8 +209,8 @@ def _resolve_chip(
     return DEFAULT_CHIP, "default"
 
 
-def _used_ncu() -> tuple[str, str] | None:
-    env = probe_environment()
+def _used_ncu(config: EngineConfig) -> tuple[str, str] | None:
+    env = probe_environment(config)
     used = next((n for n in env.ncu if n.used), None)
     if used and used.version and used.launch_mode_ok:
         return used.path, used.version
@@ -217,16 +218,16 @@ def _used_ncu() -> tuple[str, str] | None:
 
 
 def _select_catalog(
-    chip: str, source: Literal["auto", "shipped", "live"], notes: list[str]
+    chip: str, source: Literal["auto", "shipped", "live"], notes: list[str], config: EngineConfig
 ) -> CatalogIndex | None:
     shipped = shipped_catalogs()
-    ncu = _used_ncu() if source != "shipped" else None
+    ncu = _used_ncu(config) if source != "shipped" else None
     if ncu is not None:
         vdir = catalog_version_dir(ncu[1])
         if source == "auto" and chip in shipped.get(vdir, []):
             return load_shipped(chip, vdir)
         try:
-            return query_live_catalog(ncu[0], ncu[1], chip)
+            return query_live_catalog(ncu[0], ncu[1], chip, config)
         except NsightCoreError as exc:
             if source == "live":
                 raise
@@ -255,13 +256,13 @@ def _select_catalog(
     return load_shipped(chip, v)
 
 
-def warm_metric_check() -> None:
+def warm_metric_check(config: EngineConfig) -> None:
     """Read, once per process, what a first metric check needs: the environment probe (GPU,
     ncu's version, cupti) and this chip's catalog. A server calls it in a thread at its very
     start, so a first request finds them read or waits only for the rest of that one read.
     Failures are the request's own to report, so none is raised here."""
     with contextlib.suppress(Exception):
-        validate_metrics([DEFAULT_METRIC])
+        validate_metrics([DEFAULT_METRIC], config=config)
 
 
 def validate_metrics(
@@ -269,20 +270,22 @@ def validate_metrics(
     chip: str | None = None,
     *,
     source: Literal["auto", "shipped", "live"] = "auto",
+    config: EngineConfig,
 ) -> MetricsValidation:
     """Check ncu metric names for a chip, offline from shipped catalogs or live from ncu.
 
     ``chip`` defaults to GPU 0's chip, else gh100 (with a note). An unknown chip raises
     NsightCoreError(INVALID_REQUEST) listing the known ones. ``source``: ``auto`` prefers a
     shipped catalog of this host's ncu version, then a live (cached) query, then the nearest
-    shipped version; ``shipped`` never runs ncu; ``live`` always asks ncu.
+    shipped version; ``shipped`` never runs ncu; ``live`` always asks ncu. ``config`` names
+    the ncu and the cache directory: those of the server whose jobs the names are for.
     """
     notes: list[str] = []
-    chip_name, chip_source = _resolve_chip(chip, notes)
+    chip_name, chip_source = _resolve_chip(chip, notes, config)
     known = known_chips()
     if chip_name not in known and not (
         source != "shipped"
-        and (ncu := _used_ncu()) is not None
+        and (ncu := _used_ncu(config)) is not None
         and chip_name in _live_chips(ncu[0])
     ):
         raise NsightCoreError(
@@ -290,7 +293,7 @@ def validate_metrics(
             f"unknown chip {chip_name!r}",
             f"use one of: {', '.join(known)} (H100/H200 are gh100, A100 ga100)",
         )
-    idx = _select_catalog(chip_name, source, notes)
+    idx = _select_catalog(chip_name, source, notes, config)
     if idx is None:
         checks = [
             MetricCheck(name=n, status="unverified", message="no catalog for this chip")
@@ -298,7 +301,7 @@ def validate_metrics(
         ]
     else:
         checks = [check_metric(idx, n) for n in names]
-        if source == "auto" and idx.source == "shipped" and _used_ncu() is None:
+        if source == "auto" and idx.source == "shipped" and _used_ncu(config) is None:
             notes.append(
                 f"offline check against the shipped {idx.chip} catalog of ncu {idx.ncu_version}"
             )

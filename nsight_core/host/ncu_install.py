@@ -13,8 +13,12 @@ Discovery policy (`discover_ncu`):
 - every ncu found (the ``$NSPY_NCU`` one, then each PATH entry's, one per real file) is
   listed, so the probe can show the others.
 
-Stdlib-only apart from `nsight_core.errors` and `nsight_core.processes.sandbox` (both stdlib-only):
-``tools/record_catalogs.py`` uses it on bare GPU hosts.
+The settings (``$NSPY_NCU`` and PATH) come in an `EngineConfig`, read once by whoever starts
+the engine: the probe and the pipeline of one server then judge the same values.
+
+Stdlib-only apart from `nsight_core.errors`, `nsight_core.plan.config` and
+`nsight_core.processes.sandbox` (all stdlib-only): ``tools/record_catalogs.py`` uses it on
+bare GPU hosts.
 """
 
 from __future__ import annotations
@@ -22,15 +26,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import NCU_ENV, EngineConfig
 from nsight_core.processes.sandbox import run_command
-
-NCU_ENV = "NSPY_NCU"
-"""Environment variable naming the ncu executable to use (a path or a name on PATH)."""
 
 VERSION_TIMEOUT_S = 30.0
 """``ncu --version`` answers in well under a second; a slow network home dir can stall it."""
@@ -111,13 +112,12 @@ def _resolve_env(wanted: str, path_var: str) -> tuple[str | None, str]:
     return os.path.abspath(found), ""
 
 
-def discover_ncu(environ: Mapping[str, str] | None = None) -> NcuDiscovery:
-    """Apply the discovery policy (module docstring) to ``environ`` (default os.environ)."""
-    env = os.environ if environ is None else environ
-    path_var = env.get("PATH", os.defpath)
+def discover_ncu(config: EngineConfig) -> NcuDiscovery:
+    """Apply the discovery policy (module docstring) to ``config``'s ncu and PATH."""
+    path_var = config.path
     candidates: list[NcuCandidate] = []
     seen: set[str] = set()
-    wanted = env.get(NCU_ENV, "").strip()
+    wanted = config.ncu.strip()
     env_path, env_problem = _resolve_env(wanted, path_var) if wanted else (None, "")
     if env_path is not None:
         candidates.append(NcuCandidate(env_path, "NSPY_NCU"))
@@ -134,14 +134,14 @@ def discover_ncu(environ: Mapping[str, str] | None = None) -> NcuDiscovery:
     return NcuDiscovery((), None, f"no ncu on PATH and {NCU_ENV} is not set", NO_NCU_HINT)
 
 
-def find_ncu() -> str | None:
+def find_ncu(config: EngineConfig) -> str | None:
     """The ncu to use under the discovery policy, or None (`discover_ncu` says why)."""
-    return discover_ncu().used
+    return discover_ncu(config).used
 
 
-def require_ncu() -> str:
+def require_ncu(config: EngineConfig) -> str:
     """The ncu to use; raises NsightCoreError(PROFILER_ERROR) with the probe's reason."""
-    return discover_ncu().require()
+    return discover_ncu(config).require()
 
 
 # --------------------------------------------------------------------------------------

@@ -24,7 +24,9 @@ Every external process runs through `sandbox.run_command`: its own session, a ti
 killed with its whole process group when the limit passes.
 
 Results are cached in this process and in a JSON file under the user cache directory, keyed
-by host, driver, PATH, ``$NSPY_NCU`` and Python executable, for `CACHE_TTL_S`.
+by host, driver, PATH, ``$NSPY_NCU`` and Python executable, for `CACHE_TTL_S`. Those settings
+come in the caller's `EngineConfig`, never from this process's environment: the report then
+describes the ncu that the same server's jobs run.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from nsight_core.host.report import (
     PackageStatus,
     SandboxStatus,
 )
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.sandbox import sandbox_mechanisms
 
 __all__ = [
@@ -206,32 +209,31 @@ def _driver_fingerprint() -> str:
         return "no-driver"
 
 
-def cache_key(deep: bool) -> str:
+def cache_key(deep: bool, config: EngineConfig) -> str:
     """Host, driver, PATH, NSPY_NCU, Python and depth: what the probe's answer depends on."""
     parts = [
         socket.gethostname(),
         _driver_fingerprint(),
-        os.environ.get("PATH", ""),
-        os.environ.get("NSPY_NCU", ""),
-        os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        config.path,
+        config.ncu,
+        config.visible_devices or "",
         sys.executable,
         "deep" if deep else "shallow",
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
-def cache_dir() -> Path:
+def cache_dir(config: EngineConfig) -> Path:
     """Per-user cache directory of nspy-mcp (probe results, live catalogs)."""
-    override = os.environ.get("NSPY_CACHE_DIR")
-    if override:
-        return Path(override)
+    if config.cache_dir is not None:
+        return config.cache_dir
     import platformdirs  # lazy: only when NSPY_CACHE_DIR is not set
 
     return Path(platformdirs.user_cache_dir("nspy-mcp", appauthor=False))
 
 
-def _load_file(key: str, now: float) -> EnvironmentReport | None:
-    path = cache_dir() / f"probe-{key}.json"
+def _load_file(key: str, now: float, config: EngineConfig) -> EnvironmentReport | None:
+    path = cache_dir(config) / f"probe-{key}.json"
     try:
         report = EnvironmentReport.model_validate_json(path.read_bytes())
     except (OSError, ValueError):
@@ -239,8 +241,8 @@ def _load_file(key: str, now: float) -> EnvironmentReport | None:
     return report if 0 <= now - report.probed_at < CACHE_TTL_S else None
 
 
-def _save_file(key: str, report: EnvironmentReport) -> None:
-    path = cache_dir() / f"probe-{key}.json"
+def _save_file(key: str, report: EnvironmentReport, config: EngineConfig) -> None:
+    path = cache_dir(config) / f"probe-{key}.json"
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one writer per process: _probe_lock
@@ -248,14 +250,16 @@ def _save_file(key: str, report: EnvironmentReport) -> None:
         os.replace(tmp, path)
 
 
-def _cached(deep: bool, now: float) -> EnvironmentReport | None:
-    keys = [cache_key(True)] if deep else [cache_key(False), cache_key(True)]
+def _cached(deep: bool, now: float, config: EngineConfig) -> EnvironmentReport | None:
+    keys = (
+        [cache_key(True, config)] if deep else [cache_key(False, config), cache_key(True, config)]
+    )
     for key in keys:  # a deep report answers a shallow question too
         hit = _memory_cache.get(key)
         if hit is not None and 0 <= now - hit.probed_at < CACHE_TTL_S:
             return hit
     for key in keys:
-        hit = _load_file(key, now)
+        hit = _load_file(key, now, config)
         if hit is not None:
             _memory_cache[key] = hit
             return hit
@@ -268,27 +272,31 @@ a first request) waits for it and gets its report from the cache."""
 
 
 def probe_environment(
-    *, deep: bool = False, refresh: bool = False, memory_setting: str | None = None
+    config: EngineConfig,
+    *,
+    deep: bool = False,
+    refresh: bool = False,
+    memory_setting: str | None = None,
 ) -> EnvironmentReport:
     """Probe (or recall) what profiling can do here. ``deep`` adds a real one-kernel ncu run;
     ``memory_setting``: the configured job memory limit (`EngineConfig.job_memory`)."""
     with _probe_lock:
-        return _probe_environment(deep=deep, refresh=refresh, memory_setting=memory_setting)
+        return _probe_environment(config, deep=deep, refresh=refresh, memory_setting=memory_setting)
 
 
 def _probe_environment(
-    *, deep: bool, refresh: bool, memory_setting: str | None
+    config: EngineConfig, *, deep: bool, refresh: bool, memory_setting: str | None
 ) -> EnvironmentReport:
     now = time.time()
-    if not refresh and (hit := _cached(deep, now)) is not None:
+    if not refresh and (hit := _cached(deep, now, config)) is not None:
         # Cheap and process-specific (memory limit, protection): never taken from a cache.
         sandbox = _sandbox_status(memory_setting)
         if hit.sandbox == sandbox:
             return hit
-        _memory_cache[cache_key(deep)] = fresh = hit.model_copy(update={"sandbox": sandbox})
+        _memory_cache[cache_key(deep, config)] = fresh = hit.model_copy(update={"sandbox": sandbox})
         return fresh
     gpus, driver, cuda, gpu_source, gpu_error = probe_gpus()
-    found = discover_ncu()
+    found = discover_ncu(config)
     ncu = probe_ncu(found)
     used = next((n for n in ncu if n.used), None)
     report_pkg = ncu_report_status(used.version if used else None)
@@ -345,7 +353,7 @@ def _probe_environment(
         remediation=fixes,
         sandbox=_sandbox_status(memory_setting),
     )
-    key = cache_key(deep)
+    key = cache_key(deep, config)
     _memory_cache[key] = report
-    _save_file(key, report)
+    _save_file(key, report, config)
     return report

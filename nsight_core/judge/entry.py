@@ -21,9 +21,10 @@ from nsight_core.judge.calls import Inputs
 from nsight_core.judge.core import START_TIMEOUT_S, Judge
 from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.verdict import Tally, judge_output, trivial_bound
+from nsight_core.plan.config import NCU_ENV, EngineConfig
 from nsight_core.processes.handover import Handover
 from nsight_core.processes.launch import ContestantGone, Launched
-from nsight_core.processes.sandbox.env import take_inherited
+from nsight_core.processes.sandbox.env import inherited, take_inherited
 from nsight_core.processes.seat import Seat
 from nsight_core.protocol import (
     EVENTS_FILE,
@@ -89,6 +90,14 @@ def _read_job(job_dir: Path, spec: LaunchSpec) -> JobSpec | str:
     return job
 
 
+def _inherited_tools() -> EngineConfig:
+    """What a judge wraps its contestant with when its server's plan could not be read:
+    the ncu and PATH its server handed down (the allowlist, sandbox/env.py), the judge's
+    only view of its server's settings."""
+    ncu = (inherited(NCU_ENV) or "").strip()
+    return EngineConfig(ncu=ncu, path=inherited("PATH") or os.defpath)
+
+
 def standby_main(
     home: Path, handover: Handover, launched: Launched | None, early: EarlyCuda | None = None
 ) -> int:
@@ -101,7 +110,7 @@ def standby_main(
     spec = _read_spec(home, launched)
     if spec is None:
         return int(JobExit.BAD_JOB)
-    seat = Seat(spec, home, prestarted=True, launched=launched)
+    seat = Seat(spec, home, _inherited_tools(), prestarted=True, launched=launched)
     preload_frameworks(PRESTART_FRAMEWORKS)
     init_cuda(early)
     warm_checks()
@@ -147,7 +156,7 @@ def idle_main(home: Path, handover: Handover, early: EarlyCuda | None = None) ->
     spec = _read_spec(home, taken.launched)
     if spec is None:
         return int(JobExit.BAD_JOB)
-    seat = Seat(spec, home, prestarted=False, launched=taken.launched)
+    seat = Seat(spec, home, _inherited_tools(), prestarted=False, launched=taken.launched)
     job = _read_job(taken.job_dir, spec)
     if isinstance(job, str):
         sys.stderr.write(f"nsight_core.judge.entry: {job}\n")

@@ -306,18 +306,21 @@ class _Profiled:
         self, args: tuple[Any, ...], kwargs: dict[str, Any], configs: Iterable[Any] | None
     ) -> ProfileResults:
         func, opts = self.func, self.opts
+        # The `@kernel` API is an edge of the engine: the environment is read here, once a
+        # call, and passed down (the metric check and the run see the same ncu).
+        config = EngineConfig.from_env()
         self.backend = self.backend or opts.backend or default_backend()
         bound = sanitize_configs(func, call_configs(args, kwargs, configs, opts.configs.read()))
         arguments = [arguments_of(func, b) for b in bound]
         if opts.derive_metric is not None:
             _check_derive(opts.derive_metric, len(opts.metrics), len(arguments[0]))
         if get_backend(self.backend).any_metric:  # counters: names checked before any run
-            precheck_metrics(opts.metrics)
+            precheck_metrics(opts.metrics, config)
         job_dir = job_dir_for(opts.output_prefix, func.__name__)
         settings = opts.settings(backend=self.backend)
         gathered = CallCollectors(opts.collectors, job_dir / INFO_FILE, settings.runs)
         gathered.start([config_values(b) for b in bound])
-        run = self._run(bound, job_dir, gathered, settings)
+        run = self._run(bound, job_dir, gathered, settings, config)
         collected = gathered.finish() if opts.collectors else None
         out = ProfileResults(run.result, list(arguments[0]), arguments, collected)
         if collected is not None:
@@ -333,7 +336,12 @@ class _Profiled:
         return out
 
     def _run(
-        self, bound: list[Bound], job_dir: Path, gathered: CallCollectors, settings: JobSettings
+        self,
+        bound: list[Bound],
+        job_dir: Path,
+        gathered: CallCollectors,
+        settings: JobSettings,
+        config: EngineConfig,
     ) -> FunctionRun:
         """The worker's job: the function under its collectors and thermal guard."""
         func, opts, thermal = self.func, self.opts, self.opts.thermal
@@ -353,9 +361,7 @@ class _Profiled:
                 params=[params_of(func, b) for b in bound],
                 settings=settings,
                 job_dir=job_dir,
-                # The `@kernel` API is an edge of the engine: the environment is read here,
-                # once a call, and passed down.
-                config=EngineConfig.from_env(),
+                config=config,
                 derive_metric=opts.derive_metric,
                 normalize_against=opts.normalize_against,
                 by_value=[func, *(c.callback for c in opts.collectors)],

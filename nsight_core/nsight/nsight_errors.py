@@ -20,6 +20,7 @@ from nsight_core.exceptions import (
     ProfilerException,
 )
 from nsight_core.host.catalog import validate_metrics
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import RunKey
 from nsight_core.results import Row
 from nsight_core.rows.run_values import RunValues
@@ -53,10 +54,11 @@ def nsight_error(err: NsightCoreError, metrics: Sequence[str]) -> NsightCoreErro
     return ProfilerException(err.message, err.error_class, err.hint)
 
 
-def precheck_metrics(metrics: Sequence[str]) -> None:
-    """Refuse names the shipped catalogs know to be wrong before starting ncu."""
+def precheck_metrics(metrics: Sequence[str], config: EngineConfig) -> None:
+    """Refuse names the shipped catalogs know to be wrong before starting ncu (the chip is
+    that of the GPU ``config`` shows the jobs)."""
     try:
-        report = validate_metrics(list(metrics), source="shipped")
+        report = validate_metrics(list(metrics), source="shipped", config=config)
     except Exception:  # no catalog for this chip: ncu and the report check decide
         return
     bad = [m for m in report.metrics if m.status in ("unknown", "needs_suffix")]

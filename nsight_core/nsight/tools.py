@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from nsight_core.exceptions import NCUNotAvailableError
 from nsight_core.host.ncu_install import discover_ncu
+from nsight_core.plan.config import EngineConfig
 from nsight_core.utils import CUPTI_AVAILABLE
 
 DEFAULT_BACKEND = "ncu"
@@ -61,7 +62,9 @@ def activate(tool: Tool) -> None:
                 f"{_active!r} is already active; cannot switch to {tool!r}: call "
                 "nsight.deactivate() first"
             )
-        found = discover_ncu() if tool is Tool.NCU else None
+        # A public entry like `@kernel`: the ncu it checks for is the one that a call's
+        # EngineConfig (read then, api.py) will find.
+        found = discover_ncu(EngineConfig.from_env()) if tool is Tool.NCU else None
         if found is not None and found.used is None:
             raise NCUNotAvailableError(
                 f"Nsight Compute CLI (ncu) is not available on this system: {found.problem}",

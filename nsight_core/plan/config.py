@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +36,10 @@ EXECUTOR_ENV = "NSPY_MCP_EXECUTOR"
 """`local` (the default) or `dask://HOST:PORT`, as `serve --executor` takes it."""
 LOCK_DIR_ENV = "NSPY_MCP_LOCK_DIR"
 """Where the per-device lock files live; unset: a per-user directory under the temp dir."""
+NCU_ENV = "NSPY_NCU"
+"""The ncu executable to use (a path or a name on PATH); unset: the first ncu on PATH."""
+CACHE_DIR_ENV = "NSPY_CACHE_DIR"
+"""The per-user cache directory (probe reports, live catalogs); unset: the platform's."""
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 """The GPUs the server shares out, as CUDA reads the variable (docs/cluster.md)."""
 
@@ -79,9 +83,18 @@ class EngineConfig:
     lock_dir: Path | None = None
     """The device locks' directory (`LOCK_DIR_ENV`): servers that share it share the GPUs
     one job at a time; None: the per-user default (nspy_mcp/devices.py)."""
+    ncu: str = ""
+    """`NCU_ENV` as written; discovery (host/ncu_install.py) judges it, so that a typo is
+    reported rather than silently replaced by the ncu on PATH."""
+    path: str = field(default_factory=lambda: os.environ.get("PATH", os.defpath))
+    """The PATH ncu is looked up on: the probe and the pipeline must find the same one.
+    A config built in code (a library caller's, a default executor's) takes this process's
+    PATH, so it finds the ncu a shell here would, as discovery did before it took a config."""
     visible_devices: str | None = None
     """`VISIBLE_ENV` of the server's process (None: unset, every GPU): the slots it shares
     out, and part of the probe cache's key."""
+    cache_dir: Path | None = None
+    """`CACHE_DIR_ENV`; None: the platform's user cache directory (host/probe.cache_dir)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:
@@ -108,7 +121,10 @@ class EngineConfig:
             jit_caches=tuple((v, env[v]) for v in JIT_CACHE_VARS if env.get(v)),
             executor=env.get(EXECUTOR_ENV, "").strip(),
             lock_dir=Path(lock) if (lock := get(LOCK_DIR_ENV)) else None,
+            ncu=env.get(NCU_ENV, "").strip(),
+            path=env.get("PATH", os.defpath),
             visible_devices=env.get(VISIBLE_ENV),
+            cache_dir=Path(cache) if (cache := env.get(CACHE_DIR_ENV)) else None,
         )
 
     @property

@@ -26,6 +26,7 @@ from typing import Any
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import EnvironmentReport
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import Backend, ProfileRequest, parse_callable_spec, request_workdir
 
 BACKEND_ORDER: tuple[Backend, ...] = ("ncu", "cupti", "events")
@@ -107,18 +108,22 @@ def task_time_limit(task: dict[str, Any]) -> float | None:
 
 
 def resolve_defaults(
-    request: ProfileRequest, probe: Callable[[], EnvironmentReport] | None = None
+    request: ProfileRequest,
+    config: EngineConfig,
+    probe: Callable[[], EnvironmentReport] | None = None,
 ) -> ProfileRequest:
     """``request`` with what it leaves out filled in (module docstring); ``probe`` is the
-    environment report to pick a backend from (default: this host's, cached)."""
+    environment report to pick a backend from (default: the host ``config`` describes, as
+    its jobs will find it, cached)."""
     update: dict[str, Any] = {}
     given = request.model_fields_set
     if not {"backend", "metrics"} & given and request.stages is None:
         if probe is None:
             from nsight_core.host.probe import probe_environment  # lazy: probes only when asked
 
-            probe = probe_environment
-        update["backend"] = pick_backend(probe())
+            update["backend"] = pick_backend(probe_environment(config))
+        else:
+            update["backend"] = pick_backend(probe())
     path = task_file(request) if "configs" not in given or "time_limit_s" not in given else None
     if path is not None:
         task = read_task(path)

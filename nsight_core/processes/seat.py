@@ -21,23 +21,26 @@ from pathlib import Path
 
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Backend, Wrapped
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.launch import Launched, LaunchPlan, launch, socket_home
 from nsight_core.protocol import JOB_ARTIFACTS, JUDGE_DIR, LaunchSpec
 from nsight_core.runtime.exchange import Arena
 from nsight_core.runtime.files import READY_LINE
 
 
-def plan_launch(spec: LaunchSpec, out_dir: Path, *, prestarted: bool = False) -> LaunchPlan:
-    """The contestant's command for ``spec`` as its backend wraps it, in a fresh private
-    directory; made by the server for every judge (judge/boot.py starts it), or by the judge
-    when the server's plan could not be read."""
+def plan_launch(
+    spec: LaunchSpec, out_dir: Path, config: EngineConfig, *, prestarted: bool = False
+) -> LaunchPlan:
+    """The contestant's command for ``spec`` as its backend wraps it (with ``config``'s
+    tools), in a fresh private directory; made by the server for every judge (judge/boot.py
+    starts it), or by the judge when the server's plan could not be read."""
     backend = get_backend(spec.backend)
     private = socket_home("nspy-contestant-")
     argv = [
         sys.executable, "-P", "-m", "nsight_core.contestant",
         str(private), backend.child_timer, *(["--prestarted"] if prestarted else []),
     ]  # fmt: skip
-    wrapped = backend.wrap(argv, spec, out_dir)
+    wrapped = backend.wrap(argv, spec, out_dir, config)
     return LaunchPlan(
         argv=list(wrapped.argv),
         private=str(private),
@@ -54,17 +57,19 @@ class Seat:
         self,
         spec: LaunchSpec,
         out_dir: Path,
+        config: EngineConfig,
         *,
         prestarted: bool = False,
         launched: Launched | None = None,
     ) -> None:
-        """Start the contestant for ``spec``, or adopt ``launched``: one that judge_boot.py
-        started from the server's `plan_launch` for this same spec and directory."""
+        """Start the contestant for ``spec`` (wrapped with ``config``'s tools), or adopt
+        ``launched``: one that judge_boot.py started from the server's `plan_launch` for this
+        same spec and directory."""
         self.spec = spec
         self.out_dir = out_dir
         self.backend: Backend = get_backend(spec.backend)
         if launched is None:
-            launched = launch(plan_launch(spec, out_dir, prestarted=prestarted))
+            launched = launch(plan_launch(spec, out_dir, config, prestarted=prestarted))
         plan = launched.plan
         self.private = Path(plan.private)
         self.arena = Arena(Path(tempfile.mkdtemp(prefix="nspy-slots-")), cuda_ipc=spec.cuda_ipc)
@@ -75,7 +80,7 @@ class Seat:
         # Asked now that the contestant is starting (`ncu --version` takes a moment).
         self.wrapped: Wrapped = Wrapped(
             plan.argv,
-            self.backend.tool_version(),
+            self.backend.tool_version(plan.argv),
             Path(plan.report_path) if plan.report_path else None,
             Path(plan.log_path) if plan.log_path else None,
         )

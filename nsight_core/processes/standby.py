@@ -31,7 +31,6 @@ the next job waits for that end too (`settle`).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import shutil
@@ -42,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from nsight_core.plan.config import DEFAULT_IDLE_S, STANDBY_MARGIN_S
+from nsight_core.plan.config import DEFAULT_IDLE_S, STANDBY_MARGIN_S, EngineConfig
 from nsight_core.processes.launch import socket_home
 from nsight_core.processes.pool_policy import (
     DEFAULT_CAPACITY,
@@ -58,6 +57,7 @@ from nsight_core.processes.sandbox import (
     run_sandboxed,
 )
 from nsight_core.processes.seat import plan_launch
+from nsight_core.processes.standby_memory import StandbyMemory
 from nsight_core.protocol import (
     JUDGE_DIR,
     READY_FILE,
@@ -67,47 +67,8 @@ from nsight_core.protocol import (
     LaunchSpec,
 )
 
-MEMORY_FILE = "standby.json"
-"""In the result store's root: the settings each GPU's standbys were last started for."""
 HANDOVER_TIMEOUT_S = 120.0
 """How long a handover may wait for the judge to take the job (it may still be starting)."""
-
-
-class StandbyMemory:
-    """The specs a server's standbys were started for, per GPU slot, in one JSON file of the
-    result store: ``{"slots": {"gpu-0": [spec, ...]}}``, oldest first. Only specs are kept;
-    a job's environment (GPU, JIT caches) is the starting server's own."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def recall(self, slot: str) -> list[LaunchSpec]:
-        """The slot's specs; none when the file is missing or unreadable (nothing to start)."""
-        raw = self._read().get(slot, [])
-        specs: list[LaunchSpec] = []
-        for item in raw if isinstance(raw, list) else []:
-            with contextlib.suppress(ValueError):
-                specs.append(LaunchSpec.model_validate(item))
-        return specs
-
-    def note(self, slot: str, specs: list[LaunchSpec]) -> None:
-        """Replace the slot's specs (written atomically; a failed write changes nothing)."""
-        with self._lock:
-            slots = self._read()
-            slots[slot] = [spec.model_dump(mode="json") for spec in specs]
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            with contextlib.suppress(OSError):
-                tmp.write_text(json.dumps({"slots": slots}, sort_keys=True))
-                os.replace(tmp, self.path)
-
-    def _read(self) -> dict[str, object]:
-        try:
-            doc = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        slots = doc.get("slots") if isinstance(doc, dict) else None
-        return dict(slots) if isinstance(slots, dict) else {}
 
 
 def released(argv: list[str], wall_s: float) -> SandboxOutcome:
@@ -135,6 +96,7 @@ class Standby:
         self,
         key: StandbyKey,
         idle_s: float,
+        config: EngineConfig,
         *,
         speculative: bool = False,
         prestarted: bool = True,
@@ -148,6 +110,8 @@ class Standby:
         the job's settings at the handover."""
         self.key = key
         self.idle_s = idle_s
+        self.config = config
+        """Its server's settings: the tools its contestant's command is wrapped with."""
         self.speculative = speculative
         """Started at the server's start from `StandbyMemory`, not after a job like it: a
         job that arrives while it still starts retires it instead of waiting (`settle`)."""
@@ -182,7 +146,7 @@ class Standby:
         (self.home / STANDBY_FILE).write_text(spec)
         with contextlib.suppress(Exception):
             plan = plan_launch(
-                LaunchSpec.model_validate_json(spec), self.home, prestarted=prestarted
+                LaunchSpec.model_validate_json(spec), self.home, self.config, prestarted=prestarted
             )
             plan.write(self.home)
             self._private = plan.private
@@ -322,7 +286,10 @@ class StandbyPool:
         *,
         memory: StandbyMemory | None = None,
         slot: str = "",
+        config: EngineConfig,
     ) -> None:
+        self.config = config
+        """The server's settings, which its judges' contestants are wrapped with."""
         self.policy = PoolPolicy(max(1, capacity), idle_s if idle_s is not None else DEFAULT_IDLE_S)
         self.memory = memory
         """Where the settings of this pool's standbys are written (`slot` names the pool)."""
@@ -393,7 +360,7 @@ class StandbyPool:
             elif spare is not None:
                 self.taken_idle += 1
         if spare is None:
-            spare = Standby(key, wall_s, prestarted=False)
+            spare = Standby(key, wall_s, self.config, prestarted=False)
             why = spare.hand(job_dir, wall_s, poll)
             if why is not None:  # it ended before it took the job: how it ended is the error
                 spare.cancel.set()
@@ -438,7 +405,7 @@ class StandbyPool:
             base = self._idle_base
             if self._closed or base is None or (self._idle is not None and self._idle.alive()):
                 return
-            old, self._idle = self._idle, Standby(base, self.policy.idle_s, idle=True)
+            old, self._idle = self._idle, Standby(base, self.policy.idle_s, self.config, idle=True)
         if old is not None:
             old.retire()
 
@@ -512,7 +479,9 @@ class StandbyPool:
         with self._lock:
             if self._closed:
                 return
-            self._spares[key] = Standby(key, self.policy.idle_s, speculative=speculative)
+            self._spares[key] = Standby(
+                key, self.policy.idle_s, self.config, speculative=speculative
+            )
             specs = [LaunchSpec.model_validate_json(k.spec) for k in self._spares]
         if not speculative:
             self._start_idle()  # the next job with new settings: the one before took it

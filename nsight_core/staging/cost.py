@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from nsight_core.errors import NsightCoreError
 from nsight_core.host.catalog import validate_metrics
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import ProfileRequest
 
 
@@ -114,23 +115,26 @@ def calls_per_config(request: ProfileRequest) -> int:
     return untimed + request.runs + determinism
 
 
-def replay_passes(metrics: list[str]) -> int:
+def replay_passes(metrics: list[str], config: EngineConfig) -> int:
     """ncu's passes per kernel for `metrics`: the catalog's estimate, 1 where it has none."""
     try:
-        passes = validate_metrics(metrics).estimated_passes
+        passes = validate_metrics(metrics, config=config).estimated_passes
     except NsightCoreError:
         passes = None
     return max(1, passes or 1)
 
 
-def estimate_staging(request: ProfileRequest, costs: StageCosts) -> StagingEstimate:
-    """`request` (with stages) priced staged and unstaged under `costs`."""
+def estimate_staging(
+    request: ProfileRequest, costs: StageCosts, config: EngineConfig
+) -> StagingEstimate:
+    """`request` (with stages) priced staged and unstaged under `costs`; ``config``'s ncu and
+    GPU decide the catalog that counts the replay passes."""
     assert request.stages is not None
     callables = len(request.annotations)
     kept = min(callables, 1 + request.stages.top_k)
     configs = len(request.configs)
     per = calls_per_config(request)
-    passes = replay_passes(list(request.metrics))
+    passes = replay_passes(list(request.metrics), config)
 
     def ncu_s(n: int) -> float:
         return costs.ncu_start_s + n * configs * per * passes * costs.ncu_call_pass_s

@@ -45,7 +45,7 @@ def profile_request(
     )
 
 
-def choose_screen(request: ProfileRequest) -> tuple[str, str | None]:
+def choose_screen(request: ProfileRequest, config: EngineConfig) -> tuple[str, str | None]:
     """The screen backend that can run here, and a note when it is not the one asked for.
 
     cupti needs cupti-python fitting the driver; where its preflight refuses, the screen
@@ -54,29 +54,29 @@ def choose_screen(request: ProfileRequest) -> tuple[str, str | None]:
     assert request.stages is not None
     wanted = request.stages.screen
     try:
-        preflight(screen_request(request, wanted, request.time_limit_s))
+        preflight(screen_request(request, wanted, request.time_limit_s), config)
         return wanted, None
     except NsightCoreError as err:
         fallback = "events"
         if wanted == fallback:
             raise
-        preflight(screen_request(request, fallback, request.time_limit_s))
+        preflight(screen_request(request, fallback, request.time_limit_s), config)
         return (
             fallback,
             f"screen backend {wanted!r} cannot run here ({err.message}); screened with events",
         )
 
 
-def preflight_request(request: ProfileRequest, *, config: EngineConfig | None = None) -> None:
+def preflight_request(request: ProfileRequest, *, config: EngineConfig) -> None:
     """Refuse a request (staged or not) that cannot work here, before it is queued.
 
     The profile stage must measure from outside the candidate's process (ncu), or it adds
     nothing the screen does not give. `config.profile_backend` replaces the request's
     backend for the profile stage (tests on hosts without ncu); it is trusted as given.
     """
-    final_backend = config.profile_backend if config is not None else None
+    final_backend = config.profile_backend
     if request.stages is None:
-        preflight(request)
+        preflight(request, config)
         return
     if final_backend is None and get_backend(request.backend).evidence != "external":
         raise NsightCoreError(
@@ -87,5 +87,5 @@ def preflight_request(request: ProfileRequest, *, config: EngineConfig | None = 
             f"backend {request.backend!r} alone",
         )
     final = final_backend_of(request, final_backend)
-    preflight(profile_request(request, final, request.candidates, request.time_limit_s))
-    choose_screen(request)
+    preflight(profile_request(request, final, request.candidates, request.time_limit_s), config)
+    choose_screen(request, config)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
 
@@ -53,7 +54,7 @@ def test_identical_code_is_resolvable_in_at_most_one_comparison_in_twenty(tmp_pa
             "runs": 5,
         }
     )
-    pool = StandbyPool()
+    pool = StandbyPool(config=EngineConfig.from_env())
     seen: list[str] = []
     resolvable = 0
     try:

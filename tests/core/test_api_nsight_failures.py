@@ -21,6 +21,7 @@ from nsight_core.host.ncu_install import discover_ncu
 from nsight_core.nsight import tools
 from nsight_core.nsight.api import _reducers
 from nsight_core.nsight.nsight_errors import kernel_count_error
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec
 from nsight_core.rows.run_values import RunValues, reduce_runs
@@ -126,7 +127,7 @@ def test_the_tool_interface_keeps_nsights_rules() -> None:
         ValueError, match=r"tool must be a nsight.Tool member \(one of \['NCU', 'CUPTI'\]\)"
     ):
         nsight.activate("ncu")  # type: ignore[arg-type]
-    if discover_ncu().used is None:
+    if discover_ncu(EngineConfig.from_env()).used is None:
         with pytest.raises(NCUNotAvailableError):
             nsight.activate(nsight.Tool.NCU)
     if not nsight.utils.CUPTI_AVAILABLE:
@@ -156,7 +157,7 @@ def test_a_function_takes_the_active_tools_backend_at_its_first_call_and_keeps_i
     with pytest.raises(Exception, match="No module named 'cupti'"):
         first()  # resolved at its first call: still cupti
     later = nsight.analyze.kernel(configs=[(8,)], runs=1, thermal_mode="off", verbosity=0)(body)
-    if discover_ncu().used is None:
+    if discover_ncu(EngineConfig.from_env()).used is None:
         with pytest.raises(NCUNotAvailableError):
             later()  # no tool active: ncu, which this host lacks
 

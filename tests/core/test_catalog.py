@@ -25,6 +25,7 @@ from nsight_core.host.catalog import (
     shipped_catalogs,
     validate_metrics,
 )
+from nsight_core.plan.config import EngineConfig
 
 FIXTURE = Path(__file__).parents[1] / "data" / "ncu-query-metrics-gh100.txt.gz"
 SHIPPED = shipped_catalogs()
@@ -104,7 +105,12 @@ def test_regex_expression_is_reported_unverified() -> None:
 
 def test_unknown_chip_is_an_invalid_request_naming_known_chips() -> None:
     with pytest.raises(NsightCoreError) as info:
-        validate_metrics(["gpu__time_duration.sum"], chip="zz999", source="shipped")
+        validate_metrics(
+            ["gpu__time_duration.sum"],
+            chip="zz999",
+            source="shipped",
+            config=EngineConfig.from_env(),
+        )
     assert info.value.error_class is ErrorClass.INVALID_REQUEST
     assert "gh100" in info.value.hint
 
@@ -133,6 +139,7 @@ def test_shipped_gh100_catalog_knows_the_default_metrics() -> None:
         ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
         chip="gh100",
         source="shipped",
+        config=EngineConfig.from_env(),
     )
     assert v.all_valid, v.model_dump()
     assert v.catalog_source == "shipped"
@@ -140,14 +147,18 @@ def test_shipped_gh100_catalog_knows_the_default_metrics() -> None:
 
 @needs_shipped_gh100
 def test_shipped_gh100_base_name_gets_suffix_advice() -> None:
-    (c,) = validate_metrics(["dram__throughput"], chip="gh100", source="shipped").metrics
+    (c,) = validate_metrics(
+        ["dram__throughput"], chip="gh100", source="shipped", config=EngineConfig.from_env()
+    ).metrics
     assert c.status == "needs_suffix"
     assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" in c.valid_names
 
 
 @needs_shipped_gh100
 def test_shipped_gh100_rollup_without_suffix_names_its_completions() -> None:
-    (c,) = validate_metrics(["sm__throughput.avg"], chip="gh100", source="shipped").metrics
+    (c,) = validate_metrics(
+        ["sm__throughput.avg"], chip="gh100", source="shipped", config=EngineConfig.from_env()
+    ).metrics
     assert c.status == "needs_suffix"
     assert c.valid_names[0] == "sm__throughput.avg.pct_of_peak_sustained_elapsed"
     assert all(n.startswith("sm__throughput.avg.") for n in c.valid_names)
@@ -163,6 +174,7 @@ def test_shipped_gh100_typos_get_the_right_suggestions() -> None:
         ],
         chip="gh100",
         source="shipped",
+        config=EngineConfig.from_env(),
     ).metrics
     assert checks[0].suggestions[0] == "dram__throughput.avg.pct_of_peak_sustained_elapsed"
     assert checks[1].suggestions[0] == "gpu__time_duration.sum"

@@ -10,17 +10,24 @@ anywhere else is a setting that one job could see two values of.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import os
+import shutil
 from pathlib import Path
 
 import anyio
 import pytest
 
-from nsight_core.plan.config import EngineConfig
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.ncu_install import discover_ncu, find_ncu, require_ncu
+from nsight_core.host.probe import cache_dir, cache_key, probe_environment
+from nsight_core.plan.config import NCU_ENV, EngineConfig
 from nsight_core.processes.launch import CONTESTANT_ENV_PREFIX, contestant_env
 from nspy_mcp.devices import CPU_SLOT, DeviceLocks
 from nspy_mcp.executors import LocalExecutor, parse_executor
 
 ROOT = Path(__file__).resolve().parents[2]
+FALSE = shutil.which("false") or "/bin/false"
 
 READERS = frozenset(
     {
@@ -31,22 +38,13 @@ READERS = frozenset(
 )
 """The modules that may read the process's environment."""
 
-NOT_YET_MOVED = frozenset(
-    {
-        # The probe and ncu discovery still read NSPY_NCU, PATH, CUDA_VISIBLE_DEVICES and
-        # NSPY_CACHE_DIR: their deep callers (the backends' preflight and wrap, the
-        # catalogs, request defaults) have no config to pass yet. Still to move (issue 44).
-        "nsight_core/host/ncu_install.py",
-        "nsight_core/host/probe.py",
-    }
-)
-
 EDGES = frozenset(
     {
         "nspy_mcp/cli.py",
         "nspy_mcp/server.py",  # build_server, and check_environment called as a library
         "nspy_mcp/cluster.py",  # a Dask worker's job: that worker's host decides
         "nsight_core/nsight/api.py",  # the `@kernel` API, once a call
+        "nsight_core/nsight/tools.py",  # `nsight.activate(Tool.NCU)`, which looks for ncu
         "nsight_core/pipeline.py",  # run_profile_job without a config: once a call
     }
 )
@@ -75,12 +73,12 @@ def test_the_environment_is_read_in_the_config_the_cli_and_the_child_side_module
         f"{path}:{getattr(node, 'lineno', 0)}"
         for path, tree in _sources()
         for node in ast.walk(tree)
-        if _reads_environment(node) and path not in READERS | NOT_YET_MOVED
+        if _reads_environment(node) and path not in READERS
     }
     assert found == set(), "read it into EngineConfig (plan/config.py) and pass it down"
     # The readers still read: the lists name the modules that do, not stale ones.
     sources = dict(_sources())
-    for path in READERS | NOT_YET_MOVED:
+    for path in READERS:
         assert any(_reads_environment(n) for n in ast.walk(sources[path])), path
 
 
@@ -123,6 +121,46 @@ def test_the_settings_moved_into_the_config_are_read_from_it(tmp_path: Path) -> 
     anyio.run(take)
     assert executor.locks.known_slots() == [CPU_SLOT]
     assert DeviceLocks(visible="-1").known_slots() == []  # read on first use, not before
+
+
+def test_ncu_discovery_and_the_probe_cache_take_their_settings_from_the_config(
+    tmp_path: Path,
+) -> None:
+    """NSPY_NCU, PATH and NSPY_CACHE_DIR given to `EngineConfig.from_env` (not set in this
+    process) decide which ncu is found, why none is, and where the probe keeps its report."""
+    on_path = tmp_path / "bin" / "ncu"
+    on_path.parent.mkdir()
+    shutil.copy(FALSE, on_path)  # an executable that prints no version
+    missing = tmp_path / "missing" / "ncu"
+    cache = tmp_path / "cache"
+    environ = {
+        "NSPY_NCU": f" {missing} ",
+        "PATH": str(on_path.parent),
+        "NSPY_CACHE_DIR": str(cache),
+    }
+    config = EngineConfig.from_env(environ)
+    assert (config.ncu, config.path, config.cache_dir) == (str(missing), str(on_path.parent), cache)
+    unset = EngineConfig.from_env({})
+    assert (unset.ncu, unset.path, unset.cache_dir) == ("", os.defpath, None)
+
+    # A NSPY_NCU that does not resolve: no ncu, and the documented error names the variable;
+    # the ncu on the config's PATH is listed, never used in its place.
+    found = discover_ncu(config)
+    assert found.used is None and found.problem == f"{NCU_ENV}={str(missing)!r} does not exist"
+    assert [(c.path, c.source) for c in found.candidates] == [(str(on_path), "PATH")]
+    assert find_ncu(config) is None
+    with pytest.raises(NsightCoreError) as err:
+        require_ncu(config)
+    assert err.value.error_class is ErrorClass.PROFILER_ERROR
+    assert NCU_ENV in err.value.message and NCU_ENV in (err.value.hint or "")
+    assert find_ncu(dataclasses.replace(config, ncu="")) == str(on_path)  # the PATH given
+
+    # The probe's cache is in NSPY_CACHE_DIR, under a key that tells these settings apart.
+    assert cache_dir(config) == cache
+    report = probe_environment(config, refresh=True)
+    assert report.ncu_used is None and report.ncu_problem == found.problem
+    assert (cache / f"probe-{cache_key(False, config)}.json").is_file()
+    assert cache_key(False, config) != cache_key(False, dataclasses.replace(config, ncu=""))
 
 
 def test_a_judge_hands_its_contestant_the_variables_its_server_prefixed(

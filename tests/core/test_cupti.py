@@ -39,6 +39,7 @@ from nsight_core.collectors.cupti_samples import (
 )
 from nsight_core.collectors.kernel_names import base_name, kernel_name
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC, KernelsSpec, Reducer
 from nsight_core.results import Row
@@ -72,7 +73,9 @@ def test_cupti_is_registered_as_an_in_process_backend_of_its_own_timer() -> None
     assert backend.default_metric == CUPTI_DURATION
     assert backend.measures(settings()) == list(CUPTI_METRICS)
     argv = [sys.executable, "-m", "nsight_core.contestant", "/tmp/x"]
-    assert backend.wrap(argv, settings().launch(), Path("/tmp")) == Wrapped(argv)
+    assert backend.wrap(
+        argv, settings().launch(), Path("/tmp"), EngineConfig.from_env()
+    ) == Wrapped(argv)
 
 
 def test_importing_the_collectors_never_imports_cupti() -> None:
@@ -87,7 +90,7 @@ def test_importing_the_collectors_never_imports_cupti() -> None:
 @pytest.mark.skipif(HAVE_CUPTI, reason="cupti-python is installed here: nothing to refuse")
 def test_preflight_refuses_without_cupti_python_and_says_how_to_install_it() -> None:
     with pytest.raises(NsightCoreError) as err:
-        CUPTI.preflight(settings())
+        CUPTI.preflight(settings(), EngineConfig.from_env())
     assert err.value.error_class == ErrorClass.INVALID_REQUEST
     assert "cupti-python" in err.value.message and sys.executable in err.value.message
     assert "pip install 'nspy-mcp[cupti]'" in err.value.hint
@@ -105,7 +108,7 @@ def test_preflight_refuses_counters_and_range_replay_before_looking_for_cupti(
     kwargs: dict[str, object], needle: str
 ) -> None:
     with pytest.raises(NsightCoreError) as err:
-        CUPTI.preflight(settings(**kwargs))  # type: ignore[arg-type]
+        CUPTI.preflight(settings(**kwargs), EngineConfig.from_env())  # type: ignore[arg-type]
     assert err.value.error_class == ErrorClass.INVALID_REQUEST
     assert needle in err.value.message
 

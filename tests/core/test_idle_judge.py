@@ -22,7 +22,7 @@ from tests.core.test_standby import intrude, phases, request, verdicts
 def pool() -> Iterator[StandbyPool]:
     """A pool keeping an idle judge for the jobs' own environment (what a server does)."""
     config = EngineConfig.from_env()
-    p = StandbyPool()
+    p = StandbyPool(config=EngineConfig.from_env())
     p.keep_idle(job_env(None, config), default_memory_limit(config.job_memory))
     yield p
     p.close()

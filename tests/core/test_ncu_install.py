@@ -22,7 +22,6 @@ from nsight_core.collectors.ncu import find_ncu, ncu_version, require_ncu
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host import probe
 from nsight_core.host.ncu_install import (
-    NCU_ENV,
     chip_for_gpu,
     discover_ncu,
     parse_list_chips,
@@ -30,6 +29,7 @@ from nsight_core.host.ncu_install import (
     query_ncu_version,
 )
 from nsight_core.pipeline import preflight
+from nsight_core.plan.config import NCU_ENV, EngineConfig
 from nsight_core.request import ProfileRequest
 from nspy_mcp.env_cmd import format_environment
 
@@ -105,14 +105,14 @@ def test_probe_and_runner_agree_on_the_ncu_used_and_why_there_is_none(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = _setup(case, tmp_path, monkeypatch)
-    report = probe.probe_environment(refresh=True)
-    assert find_ncu() == report.ncu_used == expected
+    report = probe.probe_environment(EngineConfig.from_env(), refresh=True)
+    assert find_ncu(EngineConfig.from_env()) == report.ncu_used == expected
     assert [n.path for n in report.ncu if n.used] == ([expected] if expected else [])
     if expected is not None:
-        assert require_ncu() == expected and report.ncu_problem is None
+        assert require_ncu(EngineConfig.from_env()) == expected and report.ncu_problem is None
         return
     with pytest.raises(NsightCoreError) as err:
-        require_ncu()
+        require_ncu(EngineConfig.from_env())
     assert err.value.error_class is ErrorClass.PROFILER_ERROR
     assert err.value.message == report.ncu_problem
     assert report.ncu_problem in report.backend("ncu").reason
@@ -123,7 +123,7 @@ def test_probe_and_runner_agree_on_the_ncu_used_and_why_there_is_none(
     )
     assert request.backend == "ncu"
     with pytest.raises(NsightCoreError) as refused:
-        preflight(request)
+        preflight(request, EngineConfig.from_env())
     assert refused.value.error_class is ErrorClass.PROFILER_ERROR
 
 
@@ -132,7 +132,7 @@ def test_a_typo_in_nspy_ncu_never_falls_back_to_the_ncu_on_path(
 ) -> None:
     first, second = _two_ncus_on_path(tmp_path, monkeypatch)
     monkeypatch.setenv(NCU_ENV, "ncu-typo")
-    found = discover_ncu()
+    found = discover_ncu(EngineConfig.from_env())
     assert found.used is None
     assert found.problem is not None and "'ncu-typo'" in found.problem
     assert NCU_ENV in found.hint
@@ -141,7 +141,7 @@ def test_a_typo_in_nspy_ncu_never_falls_back_to_the_ncu_on_path(
         (str(first), "PATH"),
         (str(second), "PATH"),
     ]
-    report = probe.probe_environment(refresh=True)
+    report = probe.probe_environment(EngineConfig.from_env(), refresh=True)
     assert [n.path for n in report.ncu] == [str(first), str(second)]
     assert not any(n.used for n in report.ncu)
     assert f"ncu       none used: {found.problem}" in format_environment(report)
@@ -152,7 +152,7 @@ def test_nspy_ncu_comes_first_and_the_same_file_on_path_is_listed_once(
 ) -> None:
     first, second = _two_ncus_on_path(tmp_path, monkeypatch)
     monkeypatch.setenv(NCU_ENV, str(second))
-    found = discover_ncu()
+    found = discover_ncu(EngineConfig.from_env())
     assert found.used == str(second)
     assert [(c.path, c.source) for c in found.candidates] == [
         (str(second), "NSPY_NCU"),
@@ -162,8 +162,8 @@ def test_nspy_ncu_comes_first_and_the_same_file_on_path_is_listed_once(
 
 def test_discovery_reads_the_environment_it_is_given(tmp_path: Path) -> None:
     chosen = _exe(tmp_path / "bin" / "ncu")
-    assert discover_ncu({"PATH": str(chosen.parent)}).used == str(chosen)
-    typo = discover_ncu({"PATH": str(chosen.parent), NCU_ENV: "ncu-typo"})
+    assert discover_ncu(EngineConfig.from_env({"PATH": str(chosen.parent)})).used == str(chosen)
+    typo = discover_ncu(EngineConfig.from_env({"PATH": str(chosen.parent), NCU_ENV: "ncu-typo"}))
     assert typo.used is None and typo.candidates
 
 

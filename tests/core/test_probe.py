@@ -16,6 +16,7 @@ from nsight_core.host.probe import (
     PackageStatus,
     probe_environment,
 )
+from nsight_core.plan.config import EngineConfig
 
 FORBIDDEN = ("sudo", "modprobe", "nvreg", "/etc/modprobe", "rmmod")
 
@@ -37,7 +38,7 @@ def test_without_gpu_only_events_backend_is_available(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _no_ncu(monkeypatch, tmp_path)
-    r = probe_environment(refresh=True)
+    r = probe_environment(EngineConfig.from_env(), refresh=True)
     if r.gpus:
         pytest.skip("a GPU is visible here; this test is for CPU hosts")
     assert r.gpu_error
@@ -48,7 +49,7 @@ def test_without_gpu_only_events_backend_is_available(
 
 def test_missing_ncu_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _no_ncu(monkeypatch, tmp_path)
-    r = probe_environment(refresh=True)
+    r = probe_environment(EngineConfig.from_env(), refresh=True)
     assert r.ncu == [] and r.ncu_used is None
     assert "no ncu" in r.backend("ncu").reason
 
@@ -61,24 +62,24 @@ def test_ncu_from_nspy_ncu_comes_first_and_bad_version_is_reported(
     fake.write_text("#!/bin/sh\necho 'no version'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("NSPY_NCU", str(fake))
-    (n,) = probe_environment(refresh=True).ncu
+    (n,) = probe_environment(EngineConfig.from_env(), refresh=True).ncu
     assert (n.source, n.used, n.version, n.launch_mode_ok) == ("NSPY_NCU", True, None, False)
     assert n.error
 
 
 def test_cached_probe_is_the_same_object_and_refresh_probes_again() -> None:
-    first = probe_environment()
-    assert probe_environment() is first
-    again = probe_environment(refresh=True)
+    first = probe_environment(EngineConfig.from_env())
+    assert probe_environment(EngineConfig.from_env()) is first
+    again = probe_environment(EngineConfig.from_env(), refresh=True)
     assert again is not first and again.probed_at >= first.probed_at
 
 
 def test_probe_is_recalled_from_the_cache_file_by_a_fresh_process_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    first = probe_environment()
+    first = probe_environment(EngineConfig.from_env())
     monkeypatch.setattr(probe, "_memory_cache", {})
-    recalled = probe_environment()
+    recalled = probe_environment(EngineConfig.from_env())
     assert recalled is not first and recalled == first
 
 
@@ -86,7 +87,7 @@ def test_framework_detection_does_not_import_heavy_frameworks() -> None:
     import sys
 
     before = {m for m in ("torch", "triton", "cupy") if m in sys.modules}
-    probe_environment(refresh=True)
+    probe_environment(EngineConfig.from_env(), refresh=True)
     after = {m for m in ("torch", "triton", "cupy") if m in sys.modules}
     assert after == before
 
@@ -132,6 +133,6 @@ def test_restricted_counters_point_at_admins_and_other_backends_never_at_driver_
 
 
 def test_remediation_of_this_host_contains_no_driver_setting_instructions() -> None:
-    text = " ".join(probe_environment(refresh=True).remediation).lower()
+    text = " ".join(probe_environment(EngineConfig.from_env(), refresh=True).remediation).lower()
     for word in FORBIDDEN:
         assert word not in text

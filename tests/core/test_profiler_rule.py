@@ -25,6 +25,7 @@ from nsight_core.collectors.ncu import classify_ncu_failure, profiler_busy
 from nsight_core.errors import ErrorClass
 from nsight_core.host.profilers import profiler_users
 from nsight_core.pipeline import FIRST_ATTEMPT_DIR, run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.pool_policy import PoolPolicy, StandbyKey, holds_profiler
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.protocol import LaunchSpec
@@ -59,7 +60,7 @@ def holders_alive(pool: StandbyPool) -> list[StandbyKey]:
 def test_no_two_profiler_holders_live_on_one_gpu_across_a_session_of_setting_changes(
     tmp_path: Path, events_hold_the_profiler: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pool = StandbyPool(capacity=2)
+    pool = StandbyPool(capacity=2, config=EngineConfig.from_env())
     seen: list[str] = []
     run = StandbyPool.run
 
@@ -90,7 +91,7 @@ def test_no_two_profiler_holders_live_on_one_gpu_across_a_session_of_setting_cha
 @pytest.mark.slow
 def test_without_the_rule_both_settings_keep_a_standby(tmp_path: Path) -> None:
     """The control: events contestants hold nothing, so the pool keeps one per setting."""
-    pool = StandbyPool(capacity=2)
+    pool = StandbyPool(capacity=2, config=EngineConfig.from_env())
     try:
         for i, kw in enumerate([{}, {"cache_control": "none"}]):
             run_profile_job(request(**kw), tmp_path / f"j{i}", result_id=f"j{i}", standby=pool)
@@ -113,7 +114,7 @@ def test_a_job_whose_profiler_was_held_elsewhere_runs_once_more_and_says_so(
         return len(asked) == 1
 
     monkeypatch.setattr(EventsBackend, "profiler_was_busy", busy_once)
-    pool = StandbyPool()
+    pool = StandbyPool(config=EngineConfig.from_env())
     try:
         result = run_profile_job(request(), tmp_path / "job", result_id="job", standby=pool)
     finally:

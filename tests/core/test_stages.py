@@ -348,8 +348,8 @@ def _bench_shaped(candidates: int, metrics: list[str]) -> ProfileRequest:
 def test_the_estimate_skips_the_screen_where_staging_lost_on_the_h200_and_keeps_it_where_it_won() -> (
     None
 ):
-    small = estimate_staging(_bench_shaped(8, TEN_METRICS[:2]), H200_COSTS)
-    large = estimate_staging(_bench_shaped(32, TEN_METRICS), H200_COSTS)
+    small = estimate_staging(_bench_shaped(8, TEN_METRICS[:2]), H200_COSTS, EngineConfig.from_env())
+    large = estimate_staging(_bench_shaped(32, TEN_METRICS), H200_COSTS, EngineConfig.from_env())
     # One untimed call, three runs and the determinism check's second call per config.
     assert (small.calls_per_config, large.calls_per_config) == (5, 5)
     assert (small.callables, small.kept, large.callables, large.kept) == (9, 4, 33, 4)
@@ -385,7 +385,9 @@ def test_calls_per_config_count_the_calls_the_judge_makes(
 
 def test_more_candidates_or_more_replay_passes_make_the_screen_pay_sooner() -> None:
     def pays(candidates: int, metrics: list[str]) -> bool:
-        return estimate_staging(_bench_shaped(candidates, metrics), H200_COSTS).pays
+        return estimate_staging(
+            _bench_shaped(candidates, metrics), H200_COSTS, EngineConfig.from_env()
+        ).pays
 
     assert not pays(4, TEN_METRICS[:1])
     assert not pays(32, TEN_METRICS[:1])  # one pass: a screen call costs about one ncu call
@@ -535,7 +537,7 @@ def test_invalid_stage_options_are_refused_naming_the_field(
 
 def test_stages_need_a_profile_backend_that_measures_outside_the_candidate() -> None:
     with pytest.raises(NsightCoreError) as info:
-        preflight_request(staged_request(backend="events"))
+        preflight_request(staged_request(backend="events"), config=EngineConfig.from_env())
     assert info.value.error_class is ErrorClass.INVALID_REQUEST
     assert "backend 'events'" in info.value.message
     assert "set backend to 'ncu'" in info.value.hint

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import Deadline, SandboxLimits, run_sandboxed
-from nsight_core.processes.standby import Standby, StandbyMemory, StandbyPool
+from nsight_core.processes.standby import Standby, StandbyPool
+from nsight_core.processes.standby_memory import StandbyMemory
 from nsight_core.protocol import JUDGE_DIR, STANDBY_SOCKET, STDERR_FILE
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
@@ -92,7 +94,7 @@ def intrude(judge: Standby, tmp_path: Path) -> None:
 
 @pytest.fixture
 def pool() -> Iterator[StandbyPool]:
-    p = StandbyPool()
+    p = StandbyPool(config=EngineConfig.from_env())
     yield p
     p.close()
 
@@ -203,7 +205,7 @@ def test_a_job_handed_over_can_be_cancelled(tmp_path: Path, pool: StandbyPool) -
 
 @pytest.mark.slow
 def test_a_pool_closed_leaves_no_standby(tmp_path: Path) -> None:
-    pool = StandbyPool()
+    pool = StandbyPool(config=EngineConfig.from_env())
     run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
     spare = pool.spare
     assert spare is not None and spare.alive()
@@ -256,7 +258,7 @@ def test_a_pool_with_memory_writes_its_settings_and_a_later_pool_pre_starts_them
     job leaves the settings in the store's file; a new pool started from that file hands
     its first job to the pre-started pair, judged the same as the cold one."""
     memory = StandbyMemory(tmp_path / "standby.json")
-    first = StandbyPool(memory=memory, slot="cpu")
+    first = StandbyPool(config=EngineConfig.from_env(), memory=memory, slot="cpu")
     try:
         cold = run_profile_job(request(), tmp_path / "a", result_id="a", standby=first)
         spare = first.spare
@@ -266,7 +268,9 @@ def test_a_pool_with_memory_writes_its_settings_and_a_later_pool_pre_starts_them
     specs = memory.recall("cpu")
     assert [s.model_dump_json() for s in specs] == [spare.key.spec]
     assert memory.recall("gpu-7") == []
-    second = StandbyPool(memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu")
+    second = StandbyPool(
+        config=EngineConfig.from_env(), memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu"
+    )
     try:
         env, memory_bytes = dict(spare.key.env), spare.key.memory_bytes
         second.prestart([StandbyKey.of(s, env, memory_bytes) for s in specs])
@@ -290,7 +294,9 @@ def test_a_job_retires_a_speculative_standby_still_starting_instead_of_waiting(
     """A remembered setting's standby must not make a job slower than a cold start: one that
     still starts when a job arrives (whatever the job's settings) is retired at once; a
     ready one stays for the job."""
-    pool = StandbyPool(memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu")
+    pool = StandbyPool(
+        config=EngineConfig.from_env(), memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu"
+    )
     try:
         run_profile_job(request(), tmp_path / "a", result_id="a", standby=pool)
         used = pool.spare
@@ -298,7 +304,11 @@ def test_a_job_retires_a_speculative_standby_still_starting_instead_of_waiting(
         pool.settle()
         old = used.key
         pool.close()
-        pool = StandbyPool(memory=StandbyMemory(tmp_path / "standby.json"), slot="cpu")
+        pool = StandbyPool(
+            config=EngineConfig.from_env(),
+            memory=StandbyMemory(tmp_path / "standby.json"),
+            slot="cpu",
+        )
         pool.prestart([old])
         spare = pool.spare
         assert spare is not None and not spare.ready()

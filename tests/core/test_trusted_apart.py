@@ -10,6 +10,7 @@ import pytest
 
 from nsight_core.errors import NsightCoreError
 from nsight_core.pipeline import preflight, run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 
@@ -61,7 +62,7 @@ def test_a_reference_or_input_maker_sharing_a_candidates_module_is_refused_befor
     (tmp_path / "cand.py").write_text(REFERENCE + CANDIDATE)
     source = {"source": REFERENCE + CANDIDATE} if fields.get("reference") == "ref" else {}
     with pytest.raises(NsightCoreError) as err:
-        preflight(request(tmp_path, **fields, **source))
+        preflight(request(tmp_path, **fields, **source), EngineConfig.from_env())
     assert err.value.error_class.value == "invalid_request"
     assert "must not share a module with a candidate" in err.value.message
     assert where in err.value.message

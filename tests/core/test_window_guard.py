@@ -23,6 +23,7 @@ from nsight_core.collectors.window_guard import THREAD_WAIT_S
 from nsight_core.contestant.integrity import Watch
 from nsight_core.errors import NsightCoreError
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import EVENTS_METRIC, RunKey
 from nsight_core.request import ProfileRequest
 from nsight_core.settings import JobSettings
@@ -112,19 +113,19 @@ def _settings(metrics: list[str]) -> JobSettings:
 def test_events_reports_the_host_inclusive_latency_when_asked_and_time_by_default() -> None:
     events = get_backend("events")
     default = _settings(["gpu__time_duration.sum"])
-    events.preflight(default)
+    events.preflight(default, EngineConfig.from_env())
     assert events.measures(default) == [EVENTS_METRIC]
     samples = events.call_samples(KEY, 5.0, [], default, latency_ns=9.0)
     assert [(s.metric, s.value) for s in samples] == [(EVENTS_METRIC, 5.0)]
     both = _settings([EVENTS_LATENCY, EVENTS_METRIC])
-    events.preflight(both)
+    events.preflight(both, EngineConfig.from_env())
     assert events.measures(both) == [EVENTS_METRIC, EVENTS_LATENCY]
     samples = events.call_samples(KEY, 5.0, [], both, latency_ns=9.0)
     assert [(s.metric, s.value) for s in samples] == [(EVENTS_METRIC, 5.0), (EVENTS_LATENCY, 9.0)]
     # A timer that measured no latency (cupy arguments) leaves that metric's sample out.
     assert [s.metric for s in events.call_samples(KEY, 5.0, [], both)] == [EVENTS_METRIC]
     with pytest.raises(NsightCoreError) as err:
-        events.preflight(_settings([EVENTS_LATENCY, "dram__bytes.sum"]))
+        events.preflight(_settings([EVENTS_LATENCY, "dram__bytes.sum"]), EngineConfig.from_env())
     assert err.value.error_class == "invalid_request"
 
 

@@ -79,7 +79,9 @@ class RangeOnly(Backend):
     any_metric = True
     settings_apply = False
 
-    def wrap(self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path) -> Wrapped:
+    def wrap(
+        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
+    ) -> Wrapped:
         return Wrapped(list(argv))
 
     def read_records(
@@ -122,7 +124,9 @@ def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates
         settings=dataclasses.replace(JobSettings.of_request(request), backend="test-range").wire(),
     )
     assert job.launch is not None
-    assert Judge(job, request, job_dir, Seat(job.launch, job_dir)).run() == 0
+    assert (
+        Judge(job, request, job_dir, Seat(job.launch, job_dir, EngineConfig.from_env())).run() == 0
+    )
     events = read_events(job_dir / "events.jsonl")
     keys = sorted((r.annotation, r.run) for r in events.ranges)
     assert keys == [(a, r) for a in ("ref", "same") for r in range(3)]

@@ -27,7 +27,7 @@ def test_deep_check_catches_every_canary_under_ncu_cupti_and_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NSPY_CACHE_DIR", str(tmp_path / "cache"))
-    report = probe_environment(deep=True, refresh=True)
+    report = probe_environment(EngineConfig.from_env(), deep=True, refresh=True)
     assert report.gpus, report.gpu_error
     report = with_canaries(report, EngineConfig.from_env())
     assert report.canaries is not None

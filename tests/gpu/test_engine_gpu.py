@@ -14,6 +14,7 @@ import pytest
 from nsight_core.errors import ErrorClass
 from nsight_core.host.gpus import list_gpus
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 
@@ -188,7 +189,7 @@ def test_events_backend_times_cuda_candidates_with_cuda_events(tmp_path: Path) -
 def test_environment_probe_deep_on_the_gpu() -> None:
     from nsight_core.host.probe import probe_environment
 
-    report = probe_environment(deep=True, refresh=True)
+    report = probe_environment(EngineConfig.from_env(), deep=True, refresh=True)
     text = report.model_dump_json(indent=1)
     print(text[:4000])
     available = {b.name for b in report.backends if b.available}
@@ -206,6 +207,7 @@ def test_validate_metrics_live_against_ncu() -> None:
             "dram__throughput",
         ],
         source="live",
+        config=EngineConfig.from_env(),
     )
     for m in report.metrics:
         print(f"  {m.name}: {m.status} {m.suggestions[:3]}")

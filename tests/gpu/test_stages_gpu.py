@@ -15,6 +15,7 @@ from types import ModuleType
 
 import pytest
 
+from nsight_core.plan.config import EngineConfig
 from nsight_core.request import ProfileRequest
 from nsight_core.stages import run_staged
 
@@ -45,7 +46,13 @@ def test_cupti_screen_then_ncu_profiles_the_reference_and_the_three_fastest(
     t0 = time.monotonic()
     # Six candidates and two metrics: too few for a screen to pay (docs/stages.md), so the
     # screen is forced here; the bench's 8x2 case measures the skip.
-    result = run_staged(request, tmp_path / "job", result_id="staged-gpu", force_screen=True)
+    result = run_staged(
+        request,
+        tmp_path / "job",
+        result_id="staged-gpu",
+        force_screen=True,
+        config=EngineConfig.from_env(),
+    )
     print(f"\n[staged-gpu] {time.monotonic() - t0:.2f} s: {result.status}: {result.message}")
     assert result.status == "done", result.message
     screen, profile = result.stages

@@ -50,6 +50,7 @@ import pytest
 
 from nsight_core.collectors.events import EVENTS_KERNEL
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import CheckSpec, KernelsSpec, ProfileRequest
 from nsight_core.results import ProfileResult
@@ -180,7 +181,7 @@ def run_catalogue(
     """Candidate spec -> the result of the job it ran in (one shared job, and the loners)."""
     extra = {} if device == "cpu" else {"device": device}
     shared = [h.spec for h in HEADERS if "Runs alone" not in h.fields]
-    pool = StandbyPool()
+    pool = StandbyPool(config=EngineConfig.from_env())
     try:
         result = profile(
             shared,
@@ -222,7 +223,7 @@ def _param(h: Header) -> Any:
 
 @pytest.fixture(scope="module")
 def loner_pool() -> Iterator[StandbyPool]:
-    pool = StandbyPool()
+    pool = StandbyPool(config=EngineConfig.from_env())
     yield pool
     pool.close()
 

@@ -213,7 +213,7 @@ def test_a_named_canary_must_be_named_on_a_cuda_device_under_its_backends_only()
     # A GPU the probe found without persisting L2 (before Ampere) has nothing to undo.
     t4 = "cuda:0 (Tesla T4)"
     assert seen_of(l2, _made_up(l2, [("events", t4, [])]), ["Tesla T4"]) is None
-    report = probe_environment()
+    report = probe_environment(EngineConfig.from_env())
     old = GpuInfo(index=0, name="Tesla T4", compute_capability="7.5")
     new = GpuInfo(index=1, name="NVIDIA H100 80GB HBM3", compute_capability="9.0")
     assert without_persisting_l2(report.model_copy(update={"gpus": [old, new]})) == ["Tesla T4"]
@@ -258,7 +258,7 @@ def test_env_deep_json_from_outside_the_repository_reports_the_canaries(
 def test_without_torch_every_backend_says_why_and_no_job_runs(
     tmp_path: Path, private_cache: Path
 ) -> None:
-    report = probe_environment()
+    report = probe_environment(EngineConfig.from_env())
     frameworks = [f.model_copy(update={"installed": f.name != "torch"}) for f in report.frameworks]
     no_torch = report.model_copy(update={"frameworks": frameworks})
     checks = run_canaries(no_torch, EngineConfig())

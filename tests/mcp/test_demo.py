@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core.host.probe import probe_environment
+from nsight_core.plan.config import EngineConfig
 from nspy_mcp.demo import DemoError, choose_plan, run_demo
 
 
@@ -27,7 +28,7 @@ def test_the_demo_runs_the_loop_over_stdio_and_shows_an_incorrect_verdict(
 
 
 def test_without_a_gpu_the_demo_says_so_and_uses_events_on_cpu() -> None:
-    env = probe_environment()
+    env = probe_environment(EngineConfig.from_env())
     if env.gpus:
         pytest.skip("this host has a GPU")
     plan = choose_plan(env, "auto")

@@ -20,6 +20,7 @@ from mcp import Client
 from mcp.types import CallToolResult
 
 from nsight_core.host.probe import probe_environment
+from nsight_core.plan.config import EngineConfig
 from nspy_mcp.server import build_server
 
 pytestmark = [pytest.mark.anyio]
@@ -323,7 +324,7 @@ async def test_a_gpu_mode_task_named_alone_runs_its_tests_and_benchmarks_on_a_ba
     want = task_tests(work / "task.yml", "tests") + task_tests(work / "task.yml", "benchmarks")
     assert ran["configs"] == want and len(want) == 3
     assert ran["time_limit_s"] == 120.0  # the task's benchmark_timeout
-    available = probe_environment().backend
+    available = probe_environment(EngineConfig.from_env()).backend
     expected = next((b for b in ("ncu", "cupti") if available(b).available), "events")
     assert ran["backend"] == expected == result["provenance"]["backend"]
     checks = [c for c in result["correctness"] if c["Annotation"] == "submission.py:custom_kernel"]

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
 
@@ -74,7 +75,7 @@ def run_backend(
             **({"metrics": ["gpu__time_duration.sum"]} if backend == "ncu" else {}),
         }
     )
-    pool = StandbyPool()
+    pool = StandbyPool(config=EngineConfig.from_env())
     speedups: list[float] = []
     widths: list[float] = []
     resolvable = 0

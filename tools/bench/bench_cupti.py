@@ -41,6 +41,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import bench_softmax  # noqa: E402  (the raw ncu baseline lives there)
 
 from nsight_core.collectors.cupti_samples import CUPTI_DURATION, CUPTI_LATENCY  # noqa: E402
+from nsight_core.plan.config import EngineConfig  # noqa: E402
 from nsight_core.processes.standby import StandbyPool  # noqa: E402
 
 NCU_TIME = "gpu__time_duration.sum"
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_CACHE_DIR", str(work / "triton-cache"))
         bench_softmax.run_raw(work, "warm")
         raw1, raw_values = bench_softmax.run_raw(work, "1")
-        pool = StandbyPool()
+        pool = StandbyPool(config=EngineConfig.from_env())
         screens = []
         try:
             for i in range(max(1, args.screens)):

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nsight_core.host import catalog, probe
+from nsight_core.plan.config import EngineConfig
 
 NAMES = [
     "gpu__time_duration.sum",
@@ -62,13 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.catalog_dir:
         catalog.SHIPPED_DIR = Path(args.catalog_dir)
     w = sys.stdout.write
+    config = EngineConfig.from_env()
 
     t0 = time.perf_counter()
-    report = probe.probe_environment(refresh=True)
+    report = probe.probe_environment(config, refresh=True)
     w(
         f"first probe (uncached)                           {(time.perf_counter() - t0) * 1e3:9.3f} ms\n"
     )
-    cache_file = probe.cache_dir() / f"probe-{probe.cache_key(False)}.json"
+    cache_file = probe.cache_dir(config) / f"probe-{probe.cache_key(False, config)}.json"
     raw = cache_file.read_bytes() if cache_file.exists() else report.model_dump_json().encode()
 
     import json
@@ -78,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     w(f"baseline json.loads(cached probe file)           {base_json:9.3f} ms\n")
     w(f"baseline empty call                              {base_empty:9.4f} ms\n")
 
-    mem = median_ms(probe.probe_environment, args.repeat)
+    mem = median_ms(lambda: probe.probe_environment(config), args.repeat)
     w(_line("probe_environment(), in-process cache", mem, base_json, 100))
 
     def from_file() -> object:
         probe._memory_cache.clear()
-        return probe.probe_environment()
+        return probe.probe_environment(config)
 
     w(_line("probe_environment(), file cache", median_ms(from_file, args.repeat), base_json, 100))
 
@@ -92,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         w(f"validate_metrics: skipped, no {args.chip} catalog under {catalog.SHIPPED_DIR}\n")
         return 0
     t0 = time.perf_counter()
-    v = catalog.validate_metrics(NAMES, args.chip, source="shipped")
+    v = catalog.validate_metrics(NAMES, args.chip, source="shipped", config=config)
     w(
         f"validate_metrics first call (loads the catalog)  {(time.perf_counter() - t0) * 1e3:9.3f} ms"
         f"  [{sum(c.status == 'valid' for c in v.metrics)}/10 valid]\n"
     )
     ms = median_ms(
-        lambda: catalog.validate_metrics(NAMES, args.chip, source="shipped"), args.repeat
+        lambda: catalog.validate_metrics(NAMES, args.chip, source="shipped", config=config),
+        args.repeat,
     )
     w(_line("validate_metrics(10 names), offline", ms, base_json, 50))
     return 0

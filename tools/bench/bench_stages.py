@@ -168,7 +168,7 @@ def ncu_times(result: ProfileResult, stage: str | None) -> dict[str, float]:
 
 def ncu_here(request: ProfileRequest) -> bool:
     try:
-        preflight(request)
+        preflight(request, EngineConfig.from_env())
     except NsightCoreError as err:
         sys.stderr.write(f"no ncu here ({err.message}): events stands in for it\n")
         return False
@@ -216,7 +216,7 @@ def run_case(
         base_request(case.candidates, runs, work / "src", case.metrics)
         | {"stages": {"screen": "cupti", "top_k": TOP_K}}
     )
-    est = estimate_staging(real, H200_COSTS)
+    est = estimate_staging(real, H200_COSTS, EngineConfig.from_env())
     if stand_in:
         # events times in the candidate's process and measures time only: the requests keep
         # ncu's default metric, and the screen runs where the real request's estimate says.

@@ -12,8 +12,7 @@ readable, its contestant's variables, the GPU CUDA shows it), and what this proc
 to its own children. Such a process starts from ``exec`` with nothing but its argv and
 environment, before any configuration object could reach it, so it reads them where it
 starts, through the functions below (`inherited` and its kin); user settings come from
-`EngineConfig` (host/probe.py and host/ncu_install.py still read theirs: their deep
-callers have no config to pass yet).
+`EngineConfig`.
 """
 
 from __future__ import annotations
