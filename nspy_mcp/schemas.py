@@ -5,8 +5,9 @@ by every session. pydantic's schemas carry what no validator reads: a `title` pe
 (derived from its name), `default` in output schemas (an answer always has every field),
 and nullable fields spelled `anyOf: [{type: X}, {type: null}]`. `compact_schema` removes
 the first two and writes the third as `type: [X, "null"]`, and `drop_enum_types` the `type`
-an `enum` beside it already implies; each rewrite accepts and rejects the same instances, so clients validate answers as strictly as before. Input schemas keep
-their defaults (an agent reads them to know what it may leave out).
+an `enum` beside it already implies; each rewrite accepts and rejects the same instances,
+so clients validate answers as strictly as before. Input schemas keep their defaults (an
+agent reads them to know what it may leave out).
 
 Where two tools answer with the same model (a `ProfileResult` from `profile_candidates`,
 and inside `read_results`' answer), the second copy loses its descriptions

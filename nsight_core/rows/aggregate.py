@@ -32,7 +32,6 @@ from nsight_core.rows.stats import (
     MIN_RUNS_FOR_CI,
     NS_PER_UNIT,
     Summary,
-    noise_floor,
     paired_ratio,
     summarize,
 )
@@ -255,16 +254,15 @@ def _comparison(
     speedup = lo = hi = None
     resolvable = None
     if lower_is_better(metric, unit):
-        speedups = paired_ratio(ref_values, cand_values)
+        speedups = paired_ratio(ref_values, cand_values, floored=on_cpu)
         speedup = speedups.estimate
-        floor = noise_floor(ref_values, cand_values) if on_cpu else 1.0
-        resolvable = speedups.beyond(floor)
+        resolvable = speedups.resolvable
         if speedups.ci is not None:
             lo, hi = speedups.ci
             if speedups.excludes_one and not resolvable:
                 reasons.append(
                     f"the interval excludes 1.0 but not the runs' own spread "
-                    f"(x{floor:.3f}, one run's noise): not resolvable"
+                    f"(x{speedups.floor:.3f}, one run's noise): not resolvable"
                 )
         elif pairs:
             reasons.append(f"{len(pairs)} pair(s): no CI, Resolvable unknown (needs >= 3)")

@@ -197,12 +197,19 @@ class PairedRatio:
     below `MIN_RUNS_FOR_CI` ratios."""
     n: int
     """Ratios it is over (pairs with a value at or below zero are left out)."""
+    floor: float = 1.0
+    """The `noise_floor` the interval must clear to be resolvable; 1.0 where none is asked."""
 
     @property
     def excludes_one(self) -> bool | None:
         """Whether the interval lies wholly above or below 1; None without one. Identical
         ratios of exactly 1 (a tie) give the interval [1, 1], which holds 1."""
         return self.beyond(1.0)
+
+    @property
+    def resolvable(self) -> bool | None:
+        """Whether the interval clears the floor (`beyond`); None without an interval."""
+        return self.beyond(self.floor)
 
     def beyond(self, floor: float) -> bool | None:
         """Whether the interval lies wholly above ``floor`` or below ``1 / floor`` (a
@@ -214,22 +221,28 @@ class PairedRatio:
 
 
 def paired_ratio(
-    numerators: Sequence[float], denominators: Sequence[float], level: float = CI_LEVEL
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    level: float = CI_LEVEL,
+    *,
+    floored: bool = False,
 ) -> PairedRatio:
-    """numerator[i] / denominator[i] per pair: their median and log-scale interval."""
+    """numerator[i] / denominator[i] per pair: their median and log-scale interval; with
+    ``floored`` (timed on a CPU), the `noise_floor` of both sides that `resolvable` asks."""
+    floor = noise_floor(numerators, denominators) if floored else 1.0
     pairs = zip(numerators, denominators, strict=True)
     logs = [math.log(n) - math.log(d) for n, d in pairs if n > 0 and d > 0]
     if not logs:
-        return PairedRatio(None, None, 0)
+        return PairedRatio(None, None, 0, floor)
     estimate = math.exp(statistics.median(logs))
     ci = t_interval(logs, level)
     if ci is None:
-        return PairedRatio(finite_or_none(estimate), None, len(logs))
+        return PairedRatio(finite_or_none(estimate), None, len(logs), floor)
     lo, hi = math.exp(ci[0]), math.exp(ci[1])
     interval = (min(lo, estimate), max(hi, estimate))
     if not all(math.isfinite(x) for x in (*interval, estimate)):
-        return PairedRatio(finite_or_none(estimate), None, len(logs))
-    return PairedRatio(estimate, interval, len(logs))
+        return PairedRatio(finite_or_none(estimate), None, len(logs), floor)
+    return PairedRatio(estimate, interval, len(logs), floor)
 
 
 def noise_floor(*samples: Sequence[float]) -> float:

@@ -55,7 +55,7 @@ from nsight_core.results import (
     utc_now,
 )
 from nsight_core.rows.aggregate import CPU_DEVICE
-from nsight_core.rows.stats import noise_floor, paired_ratio
+from nsight_core.rows.stats import paired_ratio
 from nsight_core.store.files import write_atomic
 from nsight_core.store.lineage import Lineage, Sources, lineage_of, sources_of
 
@@ -140,19 +140,19 @@ def entry_of(
         return Entry(cand, None, why=f"its {metric} rows are {'/'.join(sorted(worst))}")
     if any(r.Trust in ("suspicious", "failed") for r in ref if r.Metric == metric):
         return Entry(cand, None, why="the reference's rows are suspicious or failed")
-    scores = {
-        c.ConfigId: _score(c.Speedup, c.Speedup_CI95_Lower, c.Speedup_CI95_Upper)
+    mine = [
+        c
         for c in result.comparisons
         if c.Annotation == cand and c.Metric == metric and c.Stage == stage
+    ]
+    scores = {
+        c.ConfigId: _score(c.Speedup, c.Speedup_CI95_Lower, c.Speedup_CI95_Upper) for c in mine
     }
     per_config = [scores.get(i) for i in range(n_configs)]
     if any(s is None for s in per_config):
         return Entry(cand, None, why=f"no {metric} speedup with an interval on every config")
     resolved = {
-        c.ConfigId
-        for c in result.comparisons
-        if c.Annotation == cand and c.Metric == metric and c.Stage == stage
-        if c.Resolvable and c.Speedup is not None and c.Speedup > 1.0
+        c.ConfigId for c in mine if c.Resolvable and c.Speedup is not None and c.Speedup > 1
     }
     faster = resolved == set(range(n_configs))
     return Entry(cand, combined([s for s in per_config if s is not None]), faster=faster)
@@ -175,12 +175,11 @@ def paired_with_best(
             for b, c in zip(raw.get((best, cid), []), raw.get((cand, cid), []), strict=False)
             if b is not None and c is not None
         ]
-        ratio = paired_ratio([b for b, _ in pairs], [c for _, c in pairs])
+        ratio = paired_ratio([b for b, _ in pairs], [c for _, c in pairs], floored=on_cpu)
         score = _score(ratio.estimate, *(ratio.ci or (None, None)))
         if score is None:
             return None
-        floor = noise_floor([b for b, _ in pairs], [c for _, c in pairs]) if on_cpu else 1.0
-        parts.append(Score(score.speedup, score.lo, score.hi, floor))
+        parts.append(Score(score.speedup, score.lo, score.hi, ratio.floor))
     return combined(parts)
 
 
