@@ -3,7 +3,6 @@ call's inputs, how a near repeat is made, and that no repeat is ever timed."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections import Counter
 from pathlib import Path
@@ -22,10 +21,8 @@ from nsight_core.judge.probes import (
 )
 from nsight_core.judge.probes import draw_plan as plan_of
 from nsight_core.judge.regimes import REGIMES
-from nsight_core.pipeline import run_profile_job
-from nsight_core.plan.config import EngineConfig
-from nsight_core.request import ProfileRequest
 from nsight_core.runtime.check import clone_args
+from tests.core.traced import run_traced
 
 
 def _extras(untimed: int, runs: int, rng: random.Random) -> list[tuple[int | None, Extra]]:
@@ -198,22 +195,8 @@ def trace(x, path):
 def test_no_repeat_or_decoy_is_ever_timed(tmp_path: Path) -> None:
     # A candidate that keeps every input it saw logs what each call was: the timed runs all
     # got fresh inputs; the repeats and the decoys came untimed.
-    log = tmp_path / "calls.txt"
-    request = ProfileRequest(
-        reference="ref",
-        candidates=["trace"],
-        inputs="make_inputs",
-        source=_TRACE,
-        reference_source=_TRACE,
-        configs=[{"rows": 16, "cols": 64, "path": str(log)}],
-        runs=5,
-        warmup=1,
-        backend="events",
-    )
-    unconfined = dataclasses.replace(EngineConfig.from_env(), confine="off")  # it logs outside
-    result = run_profile_job(request, tmp_path / "job", result_id="t", config=unconfined)
-    assert result.status == "done", result.message
-    calls = Counter(log.read_text().splitlines())
+    result, lines = run_traced(tmp_path, _TRACE)
+    calls = Counter(lines)
     assert calls == {
         "untimed fresh": 1 + len(REGIMES),  # the warm-up, then one call per input regime
         "timed fresh": 5,

@@ -5,7 +5,6 @@ nominal scale only."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections import Counter
 from pathlib import Path
@@ -27,10 +26,10 @@ from nsight_core.judge.regimes import (
 )
 from nsight_core.judge.verdict import Tally
 from nsight_core.pipeline import run_profile_job
-from nsight_core.plan.config import EngineConfig
 from nsight_core.request import CheckSpec, ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.runtime import formats
+from tests.core.traced import run_traced
 
 BY_NAME = {r.name: r for r in REGIMES}
 
@@ -467,22 +466,8 @@ def trace(x, path):
 
 
 def test_no_regime_call_is_ever_timed(tmp_path: Path) -> None:
-    log = tmp_path / "calls.txt"
-    request = ProfileRequest(
-        reference="ref",
-        candidates=["trace"],
-        inputs="make_inputs",
-        source=_TRACE,
-        reference_source=_TRACE,
-        configs=[{"rows": 16, "cols": 64, "path": str(log)}],
-        runs=5,
-        warmup=1,
-        backend="events",
-    )
-    unconfined = dataclasses.replace(EngineConfig.from_env(), confine="off")  # it logs outside
-    result = run_profile_job(request, tmp_path / "job", result_id="t", config=unconfined)
-    assert result.status == "done", result.message
-    calls = [line.split() for line in log.read_text().splitlines()]
+    result, lines = run_traced(tmp_path, _TRACE)
+    calls = [line.split() for line in lines]
     timed = [float(m) for kind, m in calls if kind == "timed"]
     untimed = [float(m) for kind, m in calls if kind == "untimed"]
     assert len(timed) == 5 and all(1.0 < m < 10.0 for m in timed)  # nominal inputs only
