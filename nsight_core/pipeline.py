@@ -28,6 +28,7 @@ from nsight_core.collectors.ranges import CALLS_FILE
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.contention import TenantWatch, host_load
 from nsight_core.judge.in_flight import killed_in_flight
+from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
 from nsight_core.plan.request_defaults import resolve_defaults
@@ -115,7 +116,7 @@ def check_named_files(request: ProfileRequest) -> None:
 
 
 def run_profile_job(
-    request: ProfileRequest,
+    request: ProfileRequest | Admitted,
     job_dir: Path,
     *,
     result_id: str,
@@ -138,8 +139,11 @@ def run_profile_job(
     job_dir = Path(job_dir)
     config = config if config is not None else EngineConfig.from_env()  # once, for both plans
     try:
-        request = resolve_defaults(request, config)
-        preflight(request, config)
+        if isinstance(request, Admitted):  # the server's: resolved and checked when queued
+            request = request.request
+        else:
+            request = resolve_defaults(request, config)
+            preflight(request, config)
         plan = plan_job(request, job_dir, config, gpu=gpu)
     except NsightCoreError as err:
         return refused(err, result_id=result_id, created_at=created)

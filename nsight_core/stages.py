@@ -36,7 +36,9 @@ from pathlib import Path
 from nsight_core.collectors import get_backend
 from nsight_core.errors import NsightCoreError
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
+from nsight_core.plan.request_defaults import resolve_defaults
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, StageReport, iso, utc_now
@@ -57,7 +59,6 @@ from nsight_core.staging.merge import join, merged, partial_result
 from nsight_core.staging.ranking import rank_candidates
 from nsight_core.staging.replace import replace_overrated
 from nsight_core.staging.requests import (
-    choose_screen,
     final_backend_of,
     preflight_request,
     profile_request,
@@ -71,7 +72,6 @@ __all__ = [
     "StageCosts",
     "StageEta",
     "StageUpdate",
-    "choose_screen",
     "preflight_request",
     "profile_request",
     "rank_candidates",
@@ -89,7 +89,7 @@ own directory, so its report and logs sit where single-stage jobs keep theirs.""
 
 
 def run_job(
-    request: ProfileRequest,
+    request: ProfileRequest | Admitted,
     job_dir: Path,
     *,
     result_id: str,
@@ -100,8 +100,11 @@ def run_job(
     standby: StandbyPool | None = None,
     config: EngineConfig,
 ) -> ProfileResult:
-    """One request, staged or not: what the job queue and cluster workers call."""
-    if request.stages is None:
+    """One request, staged or not: what the job queue and cluster workers call. An
+    `Admitted` request (the server's, checked before it was queued) is not checked again;
+    a bare one is admitted here."""
+    stages = (request.request if isinstance(request, Admitted) else request).stages
+    if stages is None:
         return run_profile_job(
             request,
             job_dir,
@@ -126,7 +129,7 @@ def run_job(
 
 
 def run_staged(
-    request: ProfileRequest,
+    request: ProfileRequest | Admitted,
     job_dir: Path,
     *,
     result_id: str,
@@ -149,8 +152,18 @@ def run_staged(
     price.
     `force_screen` screens whatever the estimate says (benchmarks that measure the screen).
     """
-    assert request.stages is not None, "run_staged needs a request with stages"
     created = iso(utc_now())
+    try:
+        admitted = (
+            request
+            if isinstance(request, Admitted)
+            else preflight_request(resolve_defaults(request, config), config=config)
+        )
+    except NsightCoreError as err:
+        return refused(err, result_id=result_id, created_at=created)
+    request = admitted.request
+    assert request.stages is not None and admitted.screen is not None, "needs stages"
+    screen_backend, fallback_note = admitted.screen, admitted.screen_note
     final_backend = config.profile_backend
     run = StagedRun(
         request=request,
@@ -166,11 +179,6 @@ def run_staged(
         standby=standby,
         config=config,
     )
-    try:
-        preflight_request(request, config=config)
-        screen_backend, fallback_note = choose_screen(request, config)
-    except NsightCoreError as err:
-        return refused(err, result_id=result_id, created_at=created)
     if costs is None and final_backend is None:
         costs = H200_COSTS
     estimate = estimate_staging(request, costs, config) if costs is not None else None

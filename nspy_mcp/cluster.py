@@ -42,6 +42,7 @@ import anyio.to_thread
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import check_named_files, check_trusted_apart
+from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
@@ -195,7 +196,8 @@ class DaskExecutor:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await client.close()
 
-    async def check(self, request: ProfileRequest) -> GpuSlot | None:
+    async def check(self, request: ProfileRequest) -> tuple[GpuSlot | None, Admitted | None]:
+        """What this host can tell: the worker's host admits the request itself (run_job)."""
         if request.device is not None:
             raise NsightCoreError(
                 ErrorClass.INVALID_REQUEST,
@@ -205,7 +207,7 @@ class DaskExecutor:
             )
         await anyio.to_thread.run_sync(check_trusted_apart, request)
         await anyio.to_thread.run_sync(check_named_files, request)
-        return None
+        return None, None
 
     async def run(self, job: Job, queue: JobReports) -> ProfileResult | None:
         from distributed import Event

@@ -25,6 +25,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
+from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import job_env
 from nsight_core.processes.pool_policy import StandbyKey
@@ -53,6 +54,9 @@ class Job:
     request: ProfileRequest
     want: GpuSlot | None
     """The GPU the request names (None: any); local queue only."""
+    admitted: Admitted | None
+    """The engine's admission of `request` on this host (local queue only): the job runs
+    from it, so the preflight is not run again."""
     job_dir: Path
     tracker: ProgressTracker
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -103,8 +107,9 @@ class Executor(Protocol):
     """Where jobs run: this host's GPUs (`LocalExecutor`) or a Dask cluster
     (`nspy_mcp.cluster.DaskExecutor`). The queue keeps the store, waiting and cancelling."""
 
-    async def check(self, request: ProfileRequest) -> GpuSlot | None:
-        """Refuse what cannot run (NsightCoreError); the GPU the request names, if any."""
+    async def check(self, request: ProfileRequest) -> tuple[GpuSlot | None, Admitted | None]:
+        """Refuse what cannot run (NsightCoreError); the GPU the request names, if any, and
+        the engine's admission where the job runs on this host."""
         ...
 
     async def run(self, job: Job, queue: JobReports) -> ProfileResult | None:
@@ -267,11 +272,11 @@ class LocalExecutor:
         for pool in pools:
             pool.close()
 
-    async def check(self, request: ProfileRequest) -> GpuSlot | None:
-        await anyio.to_thread.run_sync(
+    async def check(self, request: ProfileRequest) -> tuple[GpuSlot | None, Admitted | None]:
+        admitted = await anyio.to_thread.run_sync(
             functools.partial(preflight_request, request, config=self.config)
         )
-        return resolve_device(request.device, await self.locks.slots())
+        return resolve_device(request.device, await self.locks.slots()), admitted
 
     async def run(self, job: Job, queue: JobReports) -> ProfileResult | None:
         async with contextlib.AsyncExitStack() as stack:
@@ -295,7 +300,7 @@ class LocalExecutor:
                 self._prestart_done.wait(PRESTART_WAIT_S)
                 _account(job.waits, "prestart", since)
                 return run_job(
-                    job.request,
+                    job.admitted or job.request,
                     job.job_dir,
                     result_id=job.result_id,
                     on_progress=lambda ev: queue.progress(job, ev),

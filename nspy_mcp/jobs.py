@@ -92,12 +92,13 @@ class JobQueue:
         """Fill what the request leaves out (its backend, a GPU MODE task's tests), check it,
         register it and start it; raises NsightCoreError if refused."""
         request = await anyio.to_thread.run_sync(resolve_defaults, request, self._config)
-        want = await self._executor.check(request)
+        want, admitted = await self._executor.check(request)
         placeholder = await anyio.to_thread.run_sync(self._store.create, request)
         job = Job(
             result_id=placeholder.result_id,
             request=request,
             want=want,
+            admitted=admitted,
             job_dir=self._store.result_dir(placeholder.result_id),
             tracker=ProgressTracker(request),
         )

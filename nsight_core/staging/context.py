@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nsight_core.pipeline import run_profile_job
+from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
@@ -55,7 +56,7 @@ class StagedRun:
 
     def job(self, request: ProfileRequest, job_dir: Path, stage: StageName) -> ProfileResult:
         result = run_profile_job(
-            request,
+            Admitted(request),  # each stage's request is one the admission checked
             job_dir,
             result_id=self.result_id,
             on_progress=self.on_progress,
@@ -64,7 +65,7 @@ class StagedRun:
             standby=self.standby,
             config=self.config,
         )
-        return tagged(result, stage)
+        return tagged(result, stage, request.reference)
 
     def started(self, update: StageUpdate) -> None:
         if self.on_stage is not None:

@@ -8,7 +8,8 @@ start, and every callable's calls). Where it is not, the server skips the screen
 profiles every candidate in one ncu job, and says why with the numbers below.
 
 The model is linear on purpose: a start cost per job and a cost per call (per call and
-replay pass under ncu), so that its answer can be redone by hand from the stage's Reason.
+replay pass for a timed call under ncu, which replays only the timed ranges), so that its
+answer can be redone by hand from the stage's Reason.
 It knows nothing of kernels per call or of the host's load; its constants were measured on
 the H200 (docs/stages.md, "When the screen is skipped", says where each comes from), and
 where two measurements differed it takes the one that makes the screen look worse, so that
@@ -22,7 +23,16 @@ from dataclasses import dataclass
 from nsight_core.errors import NsightCoreError
 from nsight_core.host.catalog import validate_metrics
 from nsight_core.plan.config import EngineConfig
-from nsight_core.request import ProfileRequest
+from nsight_core.request import CheckSpec, ProfileRequest
+from nsight_core.staging.requests import screen_check
+
+PROBE_CALLS = 6
+"""Per candidate and config with determinism checked: two repeats, two decoys and the
+reference's run on each decoy (judge/probes.py, `REPEATS_PER_CONFIG` = 2)."""
+REGIME_CALLS = 8
+"""Per candidate and config with regimes on: four regime calls and the reference's run on
+each one's inputs (judge/regimes.py, `REGIMES`). The server does not import the judge;
+tests/core/test_stages.py counts the calls a traced candidate gets against these."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +71,14 @@ class StagingEstimate:
     kept: int
     """The reference and the top k: what the profile stage measures."""
     configs: int
-    calls_per_config: int
-    """Calls of one callable on one config: untimed (warm-up, extra check seeds), timed
-    runs, and the determinism check's second call."""
+    timed: int
+    """Timed calls of one callable on one config: the runs (ncu replays each per pass)."""
+    untimed: int
+    """Untimed calls of one candidate on one config in the profile stage (or ncu over all),
+    the judge's runs of the reference on their inputs included (`untimed_calls`); never
+    replayed."""
+    screen_untimed: int
+    """The same in the screen, which checks on nominal inputs only (`screen_check`)."""
     passes: int
     """ncu's replay passes per kernel for the request's metrics (validate_metrics' estimate)."""
     screen_s: float
@@ -82,8 +97,12 @@ class StagingEstimate:
         """The screen and the top k under ncu are estimated to save at least `margin`."""
         return self.staged_s <= (1.0 - self.margin) * self.all_ncu_s
 
-    def calls(self, callables: int) -> int:
-        return callables * self.configs * self.calls_per_config
+    def screen_calls(self, callables: int) -> int:
+        return callables * self.configs * (self.timed + self.screen_untimed)
+
+    def ncu_units(self, callables: int) -> int:
+        """Call-passes under ncu: each timed call once per pass, each untimed call once."""
+        return callables * self.configs * (self.timed * self.passes + self.untimed)
 
     def explain(self) -> str:
         """The estimate in words, with every number it was made from."""
@@ -95,24 +114,32 @@ class StagingEstimate:
         )
         return (
             f"staging estimate (docs/stages.md, 'When the screen is skipped'): screen "
-            f"{self.calls(self.callables)} calls ({self.callables} callables x {self.configs} "
-            f"config(s) x {self.calls_per_config} calls) ~ {self.screen_s:.1f} s, then ncu "
-            f"over the reference and the top {self.kept - 1} ({self.calls(self.kept)} calls x "
-            f"{self.passes} replay pass(es)) ~ {self.kept_ncu_s:.1f} s: {self.staged_s:.1f} s "
-            f"staged, against {self.all_ncu_s:.1f} s for ncu over all "
-            f"{self.callables} ({self.calls(self.callables)} calls x {self.passes} pass(es)); "
+            f"{self.screen_calls(self.callables)} calls ({self.callables} callables x "
+            f"{self.configs} config(s) x ({self.timed} timed + {self.screen_untimed} untimed) "
+            f"calls) ~ "
+            f"{self.screen_s:.1f} s, then ncu over the reference and the top {self.kept - 1} "
+            f"({self.ncu_units(self.kept)} call-passes: {self.passes} replay pass(es) per timed "
+            f"call) ~ {self.kept_ncu_s:.1f} s: {self.staged_s:.1f} s staged, against "
+            f"{self.all_ncu_s:.1f} s for ncu over all {self.callables} "
+            f"({self.ncu_units(self.callables)} call-passes, {self.untimed} untimed calls per "
+            f"config each); "
             f"staging must save {self.margin:.0%}: {verdict}"
         )
 
 
-def calls_per_config(request: ProfileRequest) -> int:
-    """Calls of one callable on one config, as the judge makes them (judge/config_run.py,
-    `untimed_calls`, and its determinism check on the first checked call)."""
-    check = request.check
+def untimed_calls(check: CheckSpec, request: ProfileRequest) -> int:
+    """Untimed calls of one candidate on one config under ``check``, as the judge makes them
+    (judge/config_run.py): the warm-up or the checked calls `runs` leaves short of
+    ``check.seeds`` (at least one), the probes (`PROBE_CALLS`) and the regime calls
+    (`REGIME_CALLS`). The reference makes fewer (no regimes); counting it as a candidate
+    keeps the estimate on the screen's worse side."""
     short = check.seeds - request.runs if check.enabled else 0
     untimed = max(request.warmup, short, 1)
-    determinism = 1 if check.enabled and check.check_determinism else 0
-    return untimed + request.runs + determinism
+    if check.enabled and check.check_determinism:
+        untimed += PROBE_CALLS
+    if check.enabled and check.regimes:
+        untimed += REGIME_CALLS
+    return untimed
 
 
 def replay_passes(metrics: list[str], config: EngineConfig) -> int:
@@ -133,19 +160,26 @@ def estimate_staging(
     callables = len(request.annotations)
     kept = min(callables, 1 + request.stages.top_k)
     configs = len(request.configs)
-    per = calls_per_config(request)
+    untimed = untimed_calls(request.check, request)
+    screen_untimed = untimed_calls(screen_check(request.check), request)
     passes = replay_passes(list(request.metrics), config)
 
     def ncu_s(n: int) -> float:
-        return costs.ncu_start_s + n * configs * per * passes * costs.ncu_call_pass_s
+        return (
+            costs.ncu_start_s
+            + n * configs * (request.runs * passes + untimed) * costs.ncu_call_pass_s
+        )
 
     return StagingEstimate(
         callables=callables,
         kept=kept,
         configs=configs,
-        calls_per_config=per,
+        timed=request.runs,
+        untimed=untimed,
+        screen_untimed=screen_untimed,
         passes=passes,
-        screen_s=costs.screen_start_s + callables * configs * per * costs.screen_call_s,
+        screen_s=costs.screen_start_s
+        + callables * configs * (request.runs + screen_untimed) * costs.screen_call_s,
         kept_ncu_s=ncu_s(kept),
         all_ncu_s=ncu_s(callables),
         ncu_start_s=costs.ncu_start_s,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from nsight_core.request import ProfileRequest
 from nsight_core.results import (
+    Correctness,
     JobStatus,
     ProfileResult,
     Provenance,
@@ -15,16 +16,24 @@ from nsight_core.results import (
     iso,
     utc_now,
 )
+from nsight_core.staging.requests import SCREEN_CHECK_NOTE
 
 
-def tagged(result: ProfileResult, stage: StageName) -> ProfileResult:
-    """Every row, comparison, check and failure of `result` marked with the stage."""
+def tagged(result: ProfileResult, stage: StageName, reference: str) -> ProfileResult:
+    """Every row, comparison, check and failure of `result` marked with the stage; a
+    candidate's screen checks say what they left to the profile stage."""
     mark = {"Stage": stage}
+
+    def checked(c: Correctness) -> Correctness:
+        if stage != "screen" or c.Annotation == reference:
+            return c.model_copy(update=mark)
+        return c.model_copy(update={**mark, "Reasons": [*c.Reasons, SCREEN_CHECK_NOTE]})
+
     return result.model_copy(
         update={
             "rows": [r.model_copy(update=mark) for r in result.rows],
             "comparisons": [c.model_copy(update=mark) for c in result.comparisons],
-            "correctness": [c.model_copy(update=mark) for c in result.correctness],
+            "correctness": [checked(c) for c in result.correctness],
             "failures": [f.model_copy(update=mark) for f in result.failures],
             "error": result.error.model_copy(update=mark) if result.error is not None else None,
         }

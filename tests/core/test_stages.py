@@ -29,7 +29,9 @@ from nsight_core.stages import (
     rank_candidates,
     run_staged,
 )
-from nsight_core.staging.cost import H200_COSTS, calls_per_config, estimate_staging
+from nsight_core.staging.cost import H200_COSTS, estimate_staging, untimed_calls
+from nsight_core.staging.requests import SCREEN_CHECK_NOTE, profile_request, screen_request
+from tests.core.traced import run_traced
 
 EVENTS_PROFILE = dataclasses.replace(EngineConfig.from_env(), profile_backend="events")
 """The profile stage under events: this host has no ncu."""
@@ -136,6 +138,11 @@ def test_screen_ranks_by_time_keeps_the_top_k_and_leaves_out_the_incorrect(
     assert all(r.Stage is not None for r in result.rows)
     assert {c.Stage for c in result.comparisons} == {"screen", "profile"}
     assert any(c.Stage == "screen" and not c.Passed for c in result.correctness)
+    # The screen checked on nominal inputs only, and every candidate's screen check says so;
+    # the profile stage's checks made the repeats and the regime calls.
+    for check in result.correctness:
+        noted = SCREEN_CHECK_NOTE in check.Reasons
+        assert noted == (check.Stage == "screen" and check.Annotation != REF), check
     assert "kept the top 2 ['fast', 'mid']" in result.message
     assert "wrong: failed the check" in result.message
     assert result.artifacts["screen_job_dir"].endswith("screen")
@@ -229,7 +236,7 @@ def test_a_screen_that_cannot_pay_is_skipped_and_every_candidate_profiled_in_one
     assert (screen.Status, screen.Annotations, screen.Ranking) == ("skipped", [], [])
     assert screen.Reason is not None
     assert "staging estimate" in screen.Reason and "the screen cannot pay here" in screen.Reason
-    assert "5 callables x 1 config(s) x 4 calls" in screen.Reason
+    assert "5 callables x 1 config(s) x (3 timed + 1 untimed) calls" in screen.Reason
     assert (profile.Status, profile.Annotations) == ("done", [REF, "slow", "wrong", "mid", "fast"])
     # One job, the profile stage's: every candidate checked and measured there, none screened.
     assert not (tmp_path / "job" / "screen").exists()
@@ -350,37 +357,72 @@ def test_the_estimate_skips_the_screen_where_staging_lost_on_the_h200_and_keeps_
 ):
     small = estimate_staging(_bench_shaped(8, TEN_METRICS[:2]), H200_COSTS, EngineConfig.from_env())
     large = estimate_staging(_bench_shaped(32, TEN_METRICS), H200_COSTS, EngineConfig.from_env())
-    # One untimed call, three runs and the determinism check's second call per config.
-    assert (small.calls_per_config, large.calls_per_config) == (5, 5)
+    # Three timed runs; untimed: the warm-up, then in the profile stage the probes and the
+    # regime calls with the reference's runs on their inputs (the screen makes neither).
+    assert (small.timed, small.untimed, small.screen_untimed) == (3, 15, 1)
+    assert (large.timed, large.untimed, large.screen_untimed) == (3, 15, 1)
     assert (small.callables, small.kept, large.callables, large.kept) == (9, 4, 33, 4)
     assert small.passes < large.passes
     assert not small.pays and small.staged_s > small.all_ncu_s
     assert large.pays and large.staged_s <= 0.9 * large.all_ncu_s
-    # Every number of the estimate can be redone from the costs and the request's shape.
+    # Every number of the estimate can be redone from the costs and the request's shape:
+    # ncu replays the timed calls once per pass, the untimed ones run once.
     c = H200_COSTS
-    assert math.isclose(small.screen_s, c.screen_start_s + 9 * 5 * c.screen_call_s)
-    assert math.isclose(large.all_ncu_s, c.ncu_start_s + 33 * 5 * large.passes * c.ncu_call_pass_s)
-    assert math.isclose(large.kept_ncu_s, c.ncu_start_s + 4 * 5 * large.passes * c.ncu_call_pass_s)
+    assert math.isclose(small.screen_s, c.screen_start_s + 9 * 4 * c.screen_call_s)
+    per = 3 * large.passes + 15
+    assert math.isclose(large.all_ncu_s, c.ncu_start_s + 33 * per * c.ncu_call_pass_s)
+    assert math.isclose(large.kept_ncu_s, c.ncu_start_s + 4 * per * c.ncu_call_pass_s)
     text = small.explain()
     assert f"{small.screen_s:.1f} s" in text and f"{small.all_ncu_s:.1f} s" in text
+    assert "3 timed + 1 untimed" in text and "15 untimed calls per config" in text
     assert "cannot pay" in text and "the screen pays" in large.explain()
 
 
 @pytest.mark.parametrize(
-    ("check", "warmup", "runs", "calls"),
+    ("check", "warmup", "runs", "untimed"),
     [
-        ({"seeds": 1, "check_determinism": False}, 1, 3, 4),
-        ({"seeds": 1}, 1, 3, 5),  # the determinism check calls the first checked call twice
-        ({"seeds": 8, "check_determinism": False}, 1, 3, 8),  # 5 untimed checked calls
-        ({"seeds": 1, "check_determinism": False}, 4, 3, 7),
-        ({"enabled": False}, 0, 2, 3),  # always one untimed call
+        ({"seeds": 1, "check_determinism": False, "regimes": False}, 1, 3, 1),
+        ({"seeds": 1, "regimes": False}, 1, 3, 7),  # two repeats, two decoys, their references
+        ({"seeds": 8, "check_determinism": False, "regimes": False}, 1, 3, 5),
+        ({"seeds": 1, "check_determinism": False}, 4, 3, 12),  # four regimes, their references
+        ({"enabled": False}, 0, 2, 1),  # always one untimed call
     ],
 )
-def test_calls_per_config_count_the_calls_the_judge_makes(
-    check: dict[str, Any], warmup: int, runs: int, calls: int
+def test_untimed_calls_count_the_calls_the_judge_makes(
+    check: dict[str, Any], warmup: int, runs: int, untimed: int
 ) -> None:
     request = staged_request(check=check, warmup=warmup, runs=runs)
-    assert calls_per_config(request) == calls
+    assert untimed_calls(request.check, request) == untimed
+
+
+_COUNT = """
+import torch
+
+def make_inputs(rows, cols, path):
+    return torch.randn(rows, cols), path
+
+def ref(x, path):
+    return torch.softmax(x, dim=-1)
+
+def trace(x, path):
+    with open(path, "a") as fh:
+        fh.write("call\\n")
+    return torch.softmax(x, dim=-1)
+"""
+
+
+def test_the_estimate_counts_as_many_calls_as_a_candidate_gets(tmp_path: Path) -> None:
+    # A candidate that logs its calls gets the estimate's calls per config, less the
+    # reference's runs on the decoys' and regimes' inputs, which the judge makes itself.
+    result, lines = run_traced(tmp_path, _COUNT)
+    est = estimate_staging(
+        staged_request(check={}, warmup=1, runs=5, stages={"screen": "events", "top_k": 1}),
+        H200_COSTS,
+        EngineConfig.from_env(),
+    )
+    assert result.correctness and all(c.Passed for c in result.correctness)
+    reference_runs = 2 + 4  # one per decoy and one per regime call
+    assert len(lines) == est.timed + est.untimed - reference_runs, lines
 
 
 def test_more_candidates_or_more_replay_passes_make_the_screen_pay_sooner() -> None:
@@ -390,7 +432,9 @@ def test_more_candidates_or_more_replay_passes_make_the_screen_pay_sooner() -> N
         ).pays
 
     assert not pays(4, TEN_METRICS[:1])
-    assert not pays(32, TEN_METRICS[:1])  # one pass: a screen call costs about one ncu call
+    # One pass: a screen call costs about one ncu call, but the screen spares the left-out
+    # candidates' probes and regime calls, which only the profile stage makes.
+    assert not pays(8, TEN_METRICS[:1]) and pays(32, TEN_METRICS[:1])
     assert [pays(n, TEN_METRICS) for n in (8, 16, 32)] == sorted(
         pays(n, TEN_METRICS) for n in (8, 16, 32)
     )
@@ -547,3 +591,16 @@ def test_a_staged_request_with_defaults_validates() -> None:
     request = staged_request(stages={}, budget_s=120)
     assert request.stages is not None
     assert (request.stages.screen, request.stages.top_k, request.budget_s) == ("cupti", 3, 120.0)
+
+
+def test_the_screen_checks_on_nominal_inputs_and_the_profile_stage_makes_every_check() -> None:
+    request = staged_request(check={"seeds": 2, "atol": 1e-3})
+    screen = screen_request(request, "events", 60.0).check
+    profile = profile_request(request, "ncu", ["fast"], 60.0).check
+    assert (screen.check_determinism, screen.regimes, screen.seeds, screen.atol) == (
+        False,
+        False,
+        2,
+        1e-3,
+    )
+    assert profile == request.check and profile.check_determinism and profile.regimes

@@ -15,7 +15,9 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
+from nsight_core.collectors import Backend, get_backend
 from nsight_core.plan.config import EngineConfig
+from nsight_core.settings import JobSettings
 from nspy_mcp.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -143,3 +145,29 @@ async def test_staged_requests_that_cannot_work_are_refused_before_anything_is_q
     assert "invalid_request" in events_only and "set backend to 'ncu'" in events_only
     assert "budget_s applies to staged evaluation only" in budget_alone
     assert listing["total"] == 0
+
+
+@pytest.mark.parametrize("staging", [True, False])
+async def test_a_request_is_checked_once_when_it_is_queued_and_not_again_when_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, staging: bool
+) -> None:
+    # Every preflight goes through a backend's `preflight`: count the calls, by backend.
+    events = type(get_backend("events"))
+    seen: list[str] = []
+    checked = events.preflight
+
+    def counted(self: Backend, settings: JobSettings, config: EngineConfig) -> None:
+        seen.append(self.name)
+        checked(self, settings, config)
+
+    monkeypatch.setattr(events, "preflight", counted)
+    config = dataclasses.replace(EngineConfig.from_env(), profile_backend="events")
+    request = staged(tmp_path, wait_s=60)
+    if not staging:
+        request.update(stages=None, backend="events")
+    async with Client(build_server(tmp_path / "store", config=config)) as client:
+        with anyio.fail_after(120):
+            result = structured(await client.call_tool("profile_candidates", {"request": request}))
+    assert result["status"] == "done", result["message"]
+    # Staged: the profile stage's request and the screen's, each once; unstaged: the one job.
+    assert seen == (["events", "events"] if staging else ["events"])

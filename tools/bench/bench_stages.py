@@ -197,13 +197,10 @@ class Outcome:
 
 def implied_costs(est: StagingEstimate, all_s: float, staged: ProfileResult) -> dict[str, float]:
     """The per-call constants this run implies, at the model's start costs (docs/stages.md)."""
-    out = {
-        "ncu_call_pass_s": (all_s - H200_COSTS.ncu_start_s)
-        / (est.calls(est.callables) * est.passes)
-    }
+    out = {"ncu_call_pass_s": (all_s - H200_COSTS.ncu_start_s) / est.ncu_units(est.callables)}
     screen = next((s for s in staged.stages if s.Stage == "screen"), None)
     if screen is not None and screen.WallSeconds is not None:
-        out["screen_call_s"] = (screen.WallSeconds - H200_COSTS.screen_start_s) / est.calls(
+        out["screen_call_s"] = (screen.WallSeconds - H200_COSTS.screen_start_s) / est.screen_calls(
             est.callables
         )
     return out
@@ -278,7 +275,9 @@ def run_case(
             "staged_s": est.staged_s,
             "all_ncu_s": est.all_ncu_s,
             "passes": est.passes,
-            "calls_per_config": est.calls_per_config,
+            "timed": est.timed,
+            "untimed": est.untimed,
+            "screen_untimed": est.screen_untimed,
             "pays": est.pays,
         },
         stages=[s.model_dump(exclude={"Ranking"}) for s in staged.stages],
@@ -311,8 +310,8 @@ def report(o: Outcome) -> list[str]:
         f"{len(o.all_walls)}: all {_walls(o.all_walls)}, staged {_walls(o.staged_walls)})",
         f"  estimate: screen {e['screen_s']:.1f} s + ncu top {TOP_K} {e['kept_ncu_s']:.1f} s = "
         f"{e['staged_s']:.1f} s against ncu over all {e['all_ncu_s']:.1f} s "
-        f"({e['calls_per_config']} calls per config, {e['passes']} passes): "
-        + ("screen" if e["pays"] else "skip"),
+        f"({e['timed']} timed, {e['untimed']} untimed ({e['screen_untimed']} in the screen) "
+        f"calls per config, {e['passes']} passes): " + ("screen" if e["pays"] else "skip"),
     ]
     for s in o.stages:
         lines.append(f"  stage {s['Stage']} ({s['Backend']}): {s['Status']}, {s['WallSeconds']} s")
