@@ -2,7 +2,7 @@
 
 The judge owns every slot: CUDA memory shared by IPC (torch's CUDA tensor sharing) for
 arrays on the GPU, a file mapped into both processes for arrays on the host. Arrays cross
-as bytes in a slot plus a JSON description (`protocol.ArrayNode`); the comparison stays on
+as bytes in a slot plus a JSON description (`messages.ArrayNode`); the comparison stays on
 the judge's side, on the device where the expected output lives.
 
 - `Arena` (judge): writes fresh inputs into input slots, names output slots sized like the
@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from nsight_core.protocol import (
+from nsight_core.runtime.compare import array_kind
+from nsight_core.runtime.leaves import array_leaves
+from nsight_core.runtime.messages import (
     ArrayNode,
     DictNode,
     Node,
@@ -44,8 +46,6 @@ from nsight_core.protocol import (
     SlotSpec,
     ValueNode,
 )
-from nsight_core.runtime.compare import array_kind
-from nsight_core.runtime.leaves import array_leaves
 
 _SEGMENT_ROUND = 2 << 20
 _MIN_OWN_SEGMENT = 12 << 20
