@@ -78,6 +78,7 @@ WATCHED_MODULES = (
     "nsight_core.runtime.messages.ReplyMsg",
     "nsight_core.runtime.exchange",
     "nsight_core.runtime.exchange.SlotTable",
+    "nsight_core.runtime.slot_bytes",
     "cupti.cupti",
     "socket.socket",
 )
