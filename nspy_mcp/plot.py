@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nsight_core.diagnosis import Diagnosis
 from nsight_core.errors import NsightCoreError
 from nsight_core.plan.config import EngineConfig
-from nsight_core.results import Comparison, Diagnosis, ProfileResult
+from nsight_core.results import Comparison, ProfileResult
 from nsight_core.store.result_store import CorruptResultError, ResultStore, default_store_root
 
 

@@ -28,10 +28,11 @@ from nsight_core.collectors.extract import (
     KernelRecord,
     extract_records,
 )
+from nsight_core.diagnosis import Diagnosis
 from nsight_core.errors import NsightCoreError
 from nsight_core.protocol import RunKey
 from nsight_core.request import KernelsSpec
-from nsight_core.results import Diagnosis, Row
+from nsight_core.results import Row
 from nsight_core.rows.aggregate import (
     RowContext,
     RunValues,

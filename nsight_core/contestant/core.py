@@ -54,22 +54,24 @@ from nsight_core.processes.sandbox.env import inherited_paths
 from nsight_core.protocol import (
     CONTESTANT_SOCKET,
     READY_LINE,
-    CallMsg,
-    ContestantJob,
-    ExitMsg,
     FailureEvent,
-    HelloMsg,
-    JudgeMsg,
     KernelTiming,
-    LoadMsg,
     Phase,
-    ReplyMsg,
     RunKey,
 )
 from nsight_core.runtime.check import aliased, mutated, self_overlapping, snapshot_inputs
 from nsight_core.runtime.exchange import SlotTable
 from nsight_core.runtime.leaves import leaves
 from nsight_core.runtime.loader import load_callable
+from nsight_core.runtime.messages import (
+    CallMsg,
+    ContestantJob,
+    ExitMsg,
+    HelloMsg,
+    JudgeMsg,
+    LoadMsg,
+    ReplyMsg,
+)
 from nsight_core.runtime.process import exit_native, exit_now, failure_event
 
 _JUDGE_MSG = TypeAdapter[JudgeMsg](JudgeMsg)

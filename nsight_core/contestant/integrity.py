@@ -74,9 +74,11 @@ WATCHED_MODULES = (
     "nsight_core.contestant.integrity",
     "nsight_core.contestant.integrity.Watch",
     "nsight_core.protocol",
-    "nsight_core.protocol.ReplyMsg",
+    "nsight_core.runtime.messages",
+    "nsight_core.runtime.messages.ReplyMsg",
     "nsight_core.runtime.exchange",
     "nsight_core.runtime.exchange.SlotTable",
+    "nsight_core.runtime.slot_bytes",
     "cupti.cupti",
     "socket.socket",
 )

@@ -25,18 +25,17 @@ from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.in_flight import InFlight
 from nsight_core.processes.launch import Channel, ContestantProcess
 from nsight_core.processes.seat import Seat
-from nsight_core.protocol import (
+from nsight_core.protocol import RunKey, SuspectEvent
+from nsight_core.request import ProfileRequest
+from nsight_core.runtime.check import inputs_differ
+from nsight_core.runtime.messages import (
     CallMsg,
     ContestantMsg,
     HelloMsg,
     LoadMsg,
     ReplyMsg,
-    RunKey,
     SlotSpec,
-    SuspectEvent,
 )
-from nsight_core.request import ProfileRequest
-from nsight_core.runtime.check import inputs_differ
 
 _REPLY = TypeAdapter[ContestantMsg](ContestantMsg)
 

@@ -61,17 +61,10 @@ from nsight_core.processes.sandbox import (
     age_of_process,
 )
 from nsight_core.processes.seat import Seat
-from nsight_core.protocol import (
-    EVENTS_FILE,
-    ContestantJob,
-    DoneEvent,
-    EndEvent,
-    ExitMsg,
-    FailureEvent,
-    JobSpec,
-)
+from nsight_core.protocol import EVENTS_FILE, DoneEvent, EndEvent, FailureEvent, JobSpec
 from nsight_core.request import ProfileRequest, named_files, parse_callable_spec
 from nsight_core.runtime.loader import load_callable
+from nsight_core.runtime.messages import ContestantJob, ExitMsg
 from nsight_core.runtime.process import (
     EventWriter,
     failure_event,

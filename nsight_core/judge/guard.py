@@ -38,6 +38,7 @@ _OWN_MODULES = (
     "nsight_core.runtime.compare",
     "nsight_core.runtime.check",
     "nsight_core.runtime.exchange",
+    "nsight_core.runtime.slot_bytes",
 )
 """The judge's own checking, drawing and exchange code: every function in them is watched."""
 

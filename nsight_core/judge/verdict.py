@@ -24,12 +24,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from nsight_core.protocol import ArrayNode, DictNode, Node, OpaqueNode, SeqNode, ValueNode
 from nsight_core.runtime import formats
 from nsight_core.runtime.check import clone_args, compare_outputs
 from nsight_core.runtime.compare import array_kind
 from nsight_core.runtime.exchange import type_name
 from nsight_core.runtime.leaves import array_leaves
+from nsight_core.runtime.messages import ArrayNode, DictNode, Node, OpaqueNode, SeqNode, ValueNode
 
 TRIVIAL_MARGIN = 10.0
 """How much closer than a passing trivial answer a candidate must be."""

@@ -32,9 +32,9 @@ from typing import Any
 
 from nsight_core.collectors.extract import extract_records
 from nsight_core.collectors.ranges import counted_records
+from nsight_core.diagnosis import BoundKind, Diagnosis, RuleFinding
 from nsight_core.errors import NsightCoreError
 from nsight_core.protocol import FloorEvent, RunKey
-from nsight_core.results import BoundKind, Diagnosis, RuleFinding
 from nsight_core.rows.floor import (
     FLOOR_FRACTION,
     Floor,

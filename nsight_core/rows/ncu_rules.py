@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nsight_core.results import RuleFinding
+from nsight_core.diagnosis import RuleFinding
 
 RULE_TEXT_CHARS = 300
 """Rule messages are cut here: the agent needs the gist, the report keeps the rest."""

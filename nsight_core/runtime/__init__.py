@@ -1,1 +1,1 @@
-"""What both job processes (judge and contestant) run on: the slot exchange, output comparison and checks, the early CUDA start, and shared process helpers."""
+"""What both job processes (judge and contestant) run on: their socket messages, the slot exchange, output comparison and checks, the early CUDA start, and shared process helpers."""

@@ -2,7 +2,7 @@
 
 The judge owns every slot: CUDA memory shared by IPC (torch's CUDA tensor sharing) for
 arrays on the GPU, a file mapped into both processes for arrays on the host. Arrays cross
-as bytes in a slot plus a JSON description (`protocol.ArrayNode`); the comparison stays on
+as bytes in a slot plus a JSON description (`messages.ArrayNode`); the comparison stays on
 the judge's side, on the device where the expected output lives.
 
 - `Arena` (judge): writes fresh inputs into input slots, names output slots sized like the
@@ -14,9 +14,8 @@ CUDA slots come from a memory pool of their own where torch has one (`torch.cuda
 else they are allocated at whole-segment sizes, so the segment a contestant maps never holds
 the judge's expected outputs.
 
-Host slots are numpy byte arrays over the mapped file, and torch is used only for arrays that
-are torch's own or live in a CUDA slot: a numpy-only job runs where torch is not installed,
-and cupy without torch crosses through host slots (CUDA IPC here is torch's).
+An array's bytes into a slot and back out of one, whatever its framework and device, are
+`slot_bytes`: this module describes arguments and outputs and owns the slots.
 """
 
 from __future__ import annotations
@@ -34,7 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from nsight_core.protocol import (
+from nsight_core.runtime.compare import array_kind
+from nsight_core.runtime.leaves import array_leaves
+from nsight_core.runtime.messages import (
     ArrayNode,
     DictNode,
     Node,
@@ -44,8 +45,16 @@ from nsight_core.protocol import (
     SlotSpec,
     ValueNode,
 )
-from nsight_core.runtime.compare import array_kind
-from nsight_core.runtime.leaves import array_leaves
+from nsight_core.runtime.slot_bytes import (
+    array_nbytes,
+    copy_in,
+    data_ptr,
+    dense_stride,
+    device_of,
+    rebuild_array,
+    xor_bytes,
+    xor_tail,
+)
 
 _SEGMENT_ROUND = 2 << 20
 _MIN_OWN_SEGMENT = 12 << 20
@@ -72,105 +81,6 @@ def _value_of(node: ValueNode) -> Any:
     if node.special is not None:
         return float(node.special)
     return node.value
-
-
-def _torch() -> Any:
-    """torch's module where this process imported it; a clear error where a torch array or a
-    CUDA slot needs it and it is not installed."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        raise ValueError("this array needs torch, which this process has not imported")
-    return torch
-
-
-def _nbytes(x: Any, fw: str) -> int:
-    return int(x.numel() * x.element_size()) if fw == "torch" else int(x.nbytes)
-
-
-def _as_torch_bytes(x: Any, fw: str) -> Any:
-    """A flat uint8 torch view of the array's bytes in logical (C) order."""
-    torch = _torch()
-    if fw == "torch":
-        t = x.detach()
-    elif fw == "cupy":
-        t = torch.from_dlpack(x)
-    else:
-        t = torch.from_numpy(x)
-    t = t.contiguous()
-    return t.reshape(-1).view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
-
-
-def _as_host_bytes(x: Any, fw: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """A flat uint8 numpy array of the array's bytes in logical (C) order, on the host."""
-    if fw == "torch":
-        return np.asarray(_as_torch_bytes(x, fw).cpu().numpy())
-    host = sys.modules["cupy"].asnumpy(x) if fw == "cupy" else x
-    return np.ascontiguousarray(host).reshape(-1).view(np.uint8)
-
-
-def _is_device_buf(buf: Any) -> bool:
-    """A CUDA slot's buffer (a torch tensor) rather than a host slot's numpy bytes."""
-    return not isinstance(buf, np.ndarray)
-
-
-def _copy_in(buf: Any, x: Any, fw: str) -> None:
-    """Copy the array's bytes into the start of a slot's buffer."""
-    if _is_device_buf(buf):
-        data = _as_torch_bytes(x, fw)
-        if data.numel():
-            buf[: data.numel()].copy_(data)
-        return
-    host = _as_host_bytes(x, fw)
-    buf[: host.size] = host
-
-
-def xor_bytes(buf: Any, nbytes: int, key: bytes, tail: Any = None) -> None:
-    """XOR a slot's first ``nbytes`` with ``key`` (8 bytes, repeated) in place: the mask
-    that keeps a call's inputs unreadable in a shared slot until its call starts. Its own
-    inverse. On a device buffer it queues at most two kernels on the current stream and
-    never synchronizes, given ``tail`` (`xor_tail`) for the last ``nbytes % 8`` bytes."""
-    n8 = nbytes // 8 * 8
-    word = int.from_bytes(key, "little", signed=True)
-    if n8 < nbytes and tail is None:
-        tail = xor_tail(buf, nbytes, key)
-    if _is_device_buf(buf):
-        if n8:
-            buf[:n8].view(_torch().int64).bitwise_xor_(word)
-        if tail is not None:
-            buf[n8:nbytes].bitwise_xor_(tail)
-        return
-    if n8:
-        view = buf[:n8].view(np.int64)
-        np.bitwise_xor(view, np.int64(word), out=view)
-    if tail is not None:
-        buf[n8:nbytes] ^= tail
-
-
-def xor_tail(buf: Any, nbytes: int, key: bytes) -> Any:
-    """The key's bytes for the last ``nbytes % 8`` bytes, where ``buf`` lives (None: no
-    tail). Made ahead of time: on a device it is a host-to-device copy, which waits."""
-    rest = key[: nbytes % 8]
-    if not rest:
-        return None
-    if _is_device_buf(buf):
-        return _torch().tensor(list(rest), dtype=_torch().uint8, device=buf.device)
-    return np.frombuffer(rest, dtype=np.uint8)
-
-
-def _device_of(x: Any, fw: str) -> str:
-    if fw == "torch":
-        return "cuda" if x.is_cuda else str(x.device.type)
-    return "cuda" if fw == "cupy" else "cpu"
-
-
-def _dense_stride(x: Any, fw: str) -> list[int] | None:
-    """Strides to recreate when the array is a non-contiguous but dense permutation."""
-    if fw != "torch" or x.is_contiguous() or x.numel() == 0:
-        return None
-    stride = list(x.stride())
-    if any(s <= 0 for s in stride):
-        return None  # broadcast views cross as contiguous copies
-    return stride
 
 
 @dataclass
@@ -272,17 +182,17 @@ class Arena:
     def _encode(self, x: Any, path: tuple[str, ...], new: list[SlotSpec]) -> Node:
         fw = array_kind(x)
         if fw is not None:
-            nbytes = _nbytes(x, fw)
-            where = "cuda" if _device_of(x, fw) == "cuda" else "host"
+            nbytes = array_nbytes(x, fw)
+            where = "cuda" if device_of(x, fw) == "cuda" else "host"
             slot = self._slot_for(path, where, nbytes, new)
-            _copy_in(slot.buf, x, fw)
+            copy_in(slot.buf, x, fw)
             return ArrayNode(
                 framework=fw,
                 type_name=type_name(x),
                 dtype=str(x.dtype).removeprefix("torch."),
                 shape=list(x.shape),
-                stride=_dense_stride(x, fw),
-                device=_device_of(x, fw),
+                stride=dense_stride(x, fw),
+                device=device_of(x, fw),
                 slot=slot.spec.slot,
                 nbytes=nbytes,
                 requires_grad=bool(getattr(x, "requires_grad", False)),
@@ -309,7 +219,7 @@ class Arena:
         out = []
         for i, (_, leaf, fw) in enumerate(array_leaves(expected)):
             nbytes = int(leaf.nbytes)
-            where = "cuda" if _device_of(leaf, fw) == "cuda" else "host"
+            where = "cuda" if device_of(leaf, fw) == "cuda" else "host"
             out.append(self._slot_for((key, "out", str(i)), where, nbytes, new).spec.slot)
         return out
 
@@ -321,7 +231,7 @@ class Arena:
             slot = self._slots[node.slot]
             if node.nbytes > slot.spec.nbytes:
                 raise ValueError("an output array claims more bytes than its slot holds")
-            return _rebuild(node, slot.buf[: node.nbytes], fresh=True)
+            return rebuild_array(node, slot.buf[: node.nbytes], fresh=True)
         if isinstance(node, ValueNode):
             return _value_of(node)
         if isinstance(node, SeqNode):
@@ -342,7 +252,7 @@ class Arena:
         here, whatever it reports. Values that crossed outside the slots are ``original``'s."""
         if isinstance(node, ArrayNode) and node.slot is not None and node.slot in self._slots:
             slot = self._slots[node.slot]
-            return _rebuild(node, slot.buf[: node.nbytes], fresh=False)
+            return rebuild_array(node, slot.buf[: node.nbytes], fresh=False)
         if isinstance(node, SeqNode) and isinstance(original, tuple | list):
             return self._read_seq(node, original)
         if isinstance(node, DictNode) and isinstance(original, dict):
@@ -379,42 +289,6 @@ class _Opaque:
     type_name: str
 
 
-def _rebuild(node: ArrayNode, data: Any, *, fresh: bool) -> Any:
-    """An array like ``node`` made from a slot's bytes ``data`` (copied when fresh)."""
-    if node.framework == "numpy":
-        raw = data.cpu().numpy() if _is_device_buf(data) else data
-        view = np.asarray(raw).view(np.dtype(node.dtype)).reshape(node.shape)
-        return view.copy() if fresh else view
-    if node.framework == "cupy" and not _is_device_buf(data):
-        cupy = sys.modules["cupy"]
-        return cupy.asarray(data.view(np.dtype(node.dtype)).reshape(node.shape))
-    torch = _torch()
-    if not _is_device_buf(data):
-        data = torch.from_numpy(data)
-    dtype = getattr(torch, node.dtype)
-    # The array goes where its description says, whatever memory the slot is in (a host
-    # slot carries CUDA arrays when IPC is off).
-    target = torch.device("cuda") if node.device == "cuda" else torch.device("cpu")
-    flat = data.view(dtype) if node.nbytes else torch.empty(0, dtype=dtype, device=data.device)
-    dense = flat.reshape(node.shape)
-    if node.stride is not None:
-        out = torch.empty_strided(node.shape, node.stride, dtype=dtype, device=target)
-        out.copy_(dense)
-    elif dense.device.type != target.type:
-        out = dense.to(target)
-    else:
-        # Compare device *types*: "cuda" != "cuda:0" as devices, and `.to("cuda")` of a
-        # tensor on cuda:0 returns the tensor itself, a view of the slot. A judge holding
-        # views of a reused output slot saw a second call's output as the first's (the
-        # determinism check passed whatever the candidate did).
-        out = dense.clone() if fresh else dense
-    if node.framework == "cupy":
-        return sys.modules["cupy"].from_dlpack(out)
-    if node.requires_grad:
-        out.requires_grad_(True)
-    return out
-
-
 def _array_slots(node: Node) -> Iterator[tuple[int, int]]:
     """(slot, bytes) of every array a node describes."""
     if isinstance(node, ArrayNode):
@@ -423,16 +297,6 @@ def _array_slots(node: Node) -> Iterator[tuple[int, int]]:
     elif isinstance(node, SeqNode | DictNode):
         for item in node.items:
             yield from _array_slots(item)
-
-
-def _data_ptr(x: Any) -> int | None:
-    """Where an array's first element lives (torch, numpy, cupy); None for anything else."""
-    if hasattr(x, "data_ptr"):
-        return int(x.data_ptr())
-    if hasattr(x, "__array_interface__"):
-        return int(x.__array_interface__["data"][0])
-    ptr = getattr(getattr(x, "data", None), "ptr", None)
-    return int(ptr) if ptr is not None else None
 
 
 class SlotTable:
@@ -468,11 +332,11 @@ class SlotTable:
         if isinstance(node, ArrayNode):
             assert node.slot is not None
             buf = self._bufs[node.slot][: node.nbytes]
-            out = _rebuild(node, buf, fresh=False)
-            if node.nbytes and _data_ptr(out) != _data_ptr(buf):
+            out = rebuild_array(node, buf, fresh=False)
+            if node.nbytes and data_ptr(out) != data_ptr(buf):
                 if mask is not None:  # made from masked bytes: again, from the inputs
                     xor_bytes(buf, node.nbytes, mask)
-                    out = _rebuild(node, buf, fresh=False)
+                    out = rebuild_array(node, buf, fresh=False)
                 self.copied.add(id(out))
             elif mask is not None and node.nbytes:
                 tail = xor_tail(buf, node.nbytes, mask)  # now: unmasking must not wait
@@ -509,10 +373,10 @@ class SlotTable:
         fw = array_kind(x)
         if fw is not None:
             i = next(counter)
-            nbytes = _nbytes(x, fw)
+            nbytes = array_nbytes(x, fw)
             slot = out_slots[i] if i < len(out_slots) else None
             if slot is not None and nbytes <= int(self._bufs[slot].shape[0]):
-                _copy_in(self._bufs[slot], x, fw)
+                copy_in(self._bufs[slot], x, fw)
             else:
                 slot = None
             return ArrayNode(
@@ -520,7 +384,7 @@ class SlotTable:
                 type_name=type_name(x),
                 dtype=str(x.dtype).removeprefix("torch."),
                 shape=list(x.shape),
-                device=_device_of(x, fw),
+                device=device_of(x, fw),
                 slot=slot,
                 nbytes=nbytes,
             )

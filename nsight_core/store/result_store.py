@@ -25,10 +25,11 @@ Contract:
   beyond ``max_results`` or older than ``max_age_days`` are deleted. Queued and running
   results are never pruned.
 
-This module is the store object: the index, owner locks, recovery and retention. A result's
+This module is the store object: the index, owner locks, recovery and pruning. A result's
 on-disk form (ids, file names, atomic writes, the schema check) is `store.files`; what a
-listing shows, and the index's search, is `store.listing`. ``__all__`` keeps the names
-callers import from here.
+listing shows, and the index's search, is `store.listing`; the retention limits and which
+results they let go, `store.retention`. ``__all__`` keeps the names callers import from
+here.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from typing import Any
 import platformdirs
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.plan.config import MAX_AGE_DAYS_ENV, MAX_RESULTS_ENV, EngineConfig
+from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import JOB_ARTIFACTS
 from nsight_core.request import ProfileRequest
 from nsight_core.results import Failure, JobStatus, ProfileResult, iso, utc_now
@@ -79,9 +79,9 @@ from nsight_core.store.listing import (
     summary_of,
 )
 from nsight_core.store.manifest import result_manifest
+from nsight_core.store.retention import Retention, beyond_limits
 
 __all__ = [
-    "DEFAULT_MAX_RESULTS",
     "INDEX_FILE",
     "LOCK_FILE",
     "MANIFEST_FILE",
@@ -108,10 +108,6 @@ except ImportError:  # pragma: no cover - Windows
 log = logging.getLogger(__name__)
 
 
-DEFAULT_MAX_RESULTS = 1000
-"""Keep this many finished results by default: enough for long agent sessions, and small
-enough (a result is typically well under 1 MB plus its report) to never fill a disk."""
-
 _ENGINE_FILES = JOB_ARTIFACTS
 
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
@@ -132,40 +128,6 @@ CREATE TABLE IF NOT EXISTS result_keys (
 CREATE INDEX IF NOT EXISTS result_keys_by_id ON result_keys(result_id);
 CREATE INDEX IF NOT EXISTS results_by_status ON results(status);
 """
-
-
-@dataclass(frozen=True)
-class Retention:
-    """How many finished results the store keeps; None means no limit of that kind."""
-
-    max_results: int | None = DEFAULT_MAX_RESULTS
-    max_age_days: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_results is not None and self.max_results < 1:
-            raise ValueError("max_results must be >= 1 (or None for no limit)")
-        if self.max_age_days is not None and self.max_age_days <= 0:
-            raise ValueError("max_age_days must be > 0 (or None for no limit)")
-
-    @classmethod
-    def of_config(cls, config: EngineConfig) -> Retention:
-        """The defaults, overridden by the configured limits (NSPY_MCP_STORE_MAX_RESULTS,
-        NSPY_MCP_STORE_MAX_AGE_DAYS; '0' or 'none' turns a limit off)."""
-
-        def read(name: str, raw: str | None, kind: type[int] | type[float], default: Any) -> Any:
-            if raw is None or raw.strip() == "":
-                return default
-            if raw.strip().lower() in {"0", "none", "off"}:
-                return None
-            try:
-                return kind(raw)
-            except ValueError as exc:
-                raise ValueError(f"{name}={raw!r} is not a number") from exc
-
-        return cls(
-            max_results=read(MAX_RESULTS_ENV, config.store_max_results, int, DEFAULT_MAX_RESULTS),
-            max_age_days=read(MAX_AGE_DAYS_ENV, config.store_max_age_days, float, None),
-        )
 
 
 def default_store_root(config: EngineConfig | None = None) -> Path:
@@ -499,25 +461,8 @@ class ResultStore:
 
     def prune(self) -> list[str]:
         """Delete the oldest finished results beyond the retention limits; return their ids."""
-        doomed: list[str] = []
         with self._db() as db:
-            finished = [
-                r[0]
-                for r in db.execute(
-                    "SELECT result_id FROM results WHERE status IN ('done', 'failed', 'cancelled') "
-                    "ORDER BY result_id DESC"
-                )
-            ]
-            if self.retention.max_results is not None:
-                doomed.extend(finished[self.retention.max_results :])
-            if self.retention.max_age_days is not None:
-                cutoff = time.time() - self.retention.max_age_days * 86400.0
-                old = db.execute(
-                    "SELECT result_id FROM results WHERE created_ts < ? "
-                    "AND status IN ('done', 'failed', 'cancelled')",
-                    (cutoff,),
-                )
-                doomed.extend(r[0] for r in old if r[0] not in doomed)
+            doomed = beyond_limits(db, self.retention)
             db.executemany("DELETE FROM result_keys WHERE result_id = ?", [(d,) for d in doomed])
             db.executemany("DELETE FROM results WHERE result_id = ?", [(d,) for d in doomed])
         for result_id in doomed:

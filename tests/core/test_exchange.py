@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nsight_core.protocol import SlotSpec
 from nsight_core.runtime.exchange import Arena, SlotTable
+from nsight_core.runtime.messages import SlotSpec
 
 
 def _round_trip(arena_dir: Path, value: object, expected: object) -> tuple[object, object]:

@@ -23,12 +23,12 @@ from nsight_core.store.result_store import (
     CorruptResultError,
     ResultFilter,
     ResultStore,
-    Retention,
     default_store_root,
     validate_result_id,
     warm_result_validator,
     write_atomic,
 )
+from nsight_core.store.retention import Retention
 
 
 def _request(candidates: tuple[str, ...] = ("cand.py:fast",), configs: int = 2) -> ProfileRequest:

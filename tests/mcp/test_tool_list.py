@@ -18,7 +18,8 @@ from jsonschema.validators import validator_for  # type: ignore[import-untyped, 
 from mcp import Client
 from pydantic import BaseModel, Field
 
-from nsight_core.results import Diagnosis, ProfileResult, Provenance, RuleFinding
+from nsight_core.diagnosis import Diagnosis, RuleFinding
+from nsight_core.results import ProfileResult, Provenance
 from nspy_mcp.schemas import (
     OutputPolicy,
     advertised_input,
