@@ -4,8 +4,9 @@
 (class first, field, fix): the SDK prefixes each with "Error executing tool <name>: " and
 passes pydantic's raw dump through for schema errors, and both become `agent_text`. Its
 `tools/list` carries the compact schemas `nspy_mcp.schemas` builds, each tool's output
-narrowed by the `OutputPolicy` it was added with. The tools themselves, and the server
-built from them, are in `server.py`; the tasks extension (`tasks.py`) reads the same state.
+narrowed by the `OutputPolicy` it was added with. The tools themselves are in `tools.py`,
+the server built from them in `server.py`; the tasks extension (`tasks.py`) reads the same
+state.
 """
 
 from __future__ import annotations

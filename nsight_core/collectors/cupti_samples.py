@@ -8,9 +8,9 @@ host-inclusive latency; and one `kernel_sets.COPY_METRIC` sample per kind and si
 call's copies and memsets, which no value counts but its kernel set does.
 `records_from_cupti_samples` attributes them to the run, so `reduce_runs` folds the
 per-kernel samples with `kernels.combine` and `kernels.ignore` as it folds ncu's records.
-The contestant's side (the timer, attribution by launch) stays in `collectors.cupti`, where
-the integrity watch covers it; `CuptiBackend`, the parent's interface, is here and
-registered there.
+The contestant's side (the timer, attribution by launch) stays in `collectors.cupti` and
+`collectors.cupti_records`, where the integrity watch covers it; `CuptiBackend`, the
+parent's interface, is here and registered there.
 """
 
 from __future__ import annotations

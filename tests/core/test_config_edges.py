@@ -41,7 +41,8 @@ READERS = frozenset(
 EDGES = frozenset(
     {
         "nspy_mcp/cli.py",
-        "nspy_mcp/server.py",  # build_server, and check_environment called as a library
+        "nspy_mcp/server.py",  # build_server
+        "nspy_mcp/tools.py",  # check_environment and validate_metrics called as a library
         "nspy_mcp/cluster.py",  # a Dask worker's job: that worker's host decides
         "nsight_core/nsight/api.py",  # the `@kernel` API, once a call
         "nsight_core/nsight/tools.py",  # `nsight.activate(Tool.NCU)`, which looks for ncu

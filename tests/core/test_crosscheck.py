@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from nsight_core.collectors.base import Wrapped
-from nsight_core.collectors.cupti import CUPTI, KernelSpan
+from nsight_core.collectors.cupti import CUPTI
+from nsight_core.collectors.cupti_records import KernelSpan
 from nsight_core.collectors.cupti_samples import (
     CUPTI_DURATION,
     CUPTI_LATENCY,

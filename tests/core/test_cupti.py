@@ -18,14 +18,13 @@ import pytest
 
 from nsight_core.collectors import backend_names, get_backend
 from nsight_core.collectors.base import Wrapped
-from nsight_core.collectors.cupti import (
-    CUPTI,
+from nsight_core.collectors.cupti import CUPTI, launch_cbids
+from nsight_core.collectors.cupti_records import (
     ApiActivity,
     KernelActivity,
     KernelSpan,
     harness_thread,
     incomplete,
-    launch_cbids,
     launched_elsewhere,
     split_by_launch,
 )

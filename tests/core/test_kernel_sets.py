@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from nsight_core.collectors.base import Wrapped
-from nsight_core.collectors.cupti import (
-    CUPTI,
+from nsight_core.collectors.cupti import CUPTI
+from nsight_core.collectors.cupti_records import (
     CopyActivity,
     KernelActivity,
     KernelSpan,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nsight_core.collectors.events import EventsBackend
+from nsight_core.collectors.events_samples import EventsBackend
 from nsight_core.collectors.ncu import classify_ncu_failure, profiler_busy
 from nsight_core.errors import ErrorClass
 from nsight_core.host.profilers import profiler_users

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from nsight_core.collectors.events import EVENTS_LATENCY, records_from_samples
+from nsight_core.collectors.events_samples import EVENTS_LATENCY, records_from_samples
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.metric_check import metric_kind

@@ -13,10 +13,10 @@ import torch
 
 from nsight_core.collectors import get_backend
 from nsight_core.collectors.events import (
-    EVENTS_LATENCY,
     OUTPUT_CHANGED,
     Device,
 )
+from nsight_core.collectors.events_samples import EVENTS_LATENCY
 from nsight_core.collectors.late import AFTER_FLOOR_NS, AFTER_REL, late_work_reason
 from nsight_core.collectors.timers import call_timer, tampering_affects
 from nsight_core.collectors.window_guard import THREAD_WAIT_S

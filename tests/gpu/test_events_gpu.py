@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.collectors.events import EVENTS_LATENCY
+from nsight_core.collectors.events_samples import EVENTS_LATENCY
 from nsight_core.pipeline import run_profile_job
 from nsight_core.protocol import EVENTS_METRIC
 from nsight_core.request import ProfileRequest

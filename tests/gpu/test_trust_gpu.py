@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core.collectors.events import EVENTS_KERNEL
+from nsight_core.collectors.events_samples import EVENTS_KERNEL
 from nsight_core.results import ProfileResult
 from tests.hacks.test_hacks import HEADERS, Header, run_catalogue
 

@@ -48,7 +48,7 @@ from typing import Any
 
 import pytest
 
-from nsight_core.collectors.events import EVENTS_KERNEL
+from nsight_core.collectors.events_samples import EVENTS_KERNEL
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.standby import StandbyPool
