@@ -9,8 +9,12 @@ import importlib
 
 from nsight_core.collectors.base import Backend
 from nsight_core.collectors.base import get_backend as _registered
+from nsight_core.request import Backend as BackendName
 
 BACKENDS = ("cupti", "events", "ncu")
+BACKEND_ORDER: tuple[BackendName, ...] = ("ncu", "cupti", "events")
+"""Preferred first, where a request names none: ncu's numbers are external and take any
+metric; events runs anywhere."""
 
 
 def get_backend(name: str) -> Backend:
@@ -29,4 +33,4 @@ def backend_names() -> list[str]:
     return sorted(BACKENDS)
 
 
-__all__ = ["BACKENDS", "Backend", "backend_names", "get_backend"]
+__all__ = ["BACKENDS", "BACKEND_ORDER", "Backend", "backend_names", "get_backend"]

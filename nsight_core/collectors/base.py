@@ -1,7 +1,10 @@
 """The backend interface: what a way of measuring must say, and the registry of them.
 
-A backend decides seven things, and no other module compares backend names:
+A backend decides eight things, and no other module compares backend names:
 
+- whether it can run on this host, why, and the cheapest fix where it cannot
+  (`availability`, from the facts `host/probe.py` gathers; `check_environment` and a
+  request's default backend read it);
 - how the contestant's command is wrapped (`wrap`: under ncu, or not at all);
 - how a failed run is classified (`classify_end`: ncu's log, or nothing to add);
 - how the records of a run are read (`read_records`: an ncu report, or raw samples);
@@ -14,8 +17,9 @@ A backend decides seven things, and no other module compares backend names:
   from its timer's `CallTimer.relies_on`): a patched clock it never reads leaves its rows
   standing.
 
-Adding a backend (CUPTI is the next one) is one module: subclass `Backend`, implement the
-methods, and `register` an instance; `collectors/__init__.py` imports the module.
+Adding a backend is one module: subclass `Backend`, implement the methods, and `register`
+an instance; `collectors/__init__.py` names the module in `BACKENDS` (and its place in
+`BACKEND_ORDER`, the preference where a request names none).
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.late import late_work_reason
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.report import (
+    BackendStatus,
+    CounterAccess,
+    FrameworkStatus,
+    GpuInfo,
+    NcuInstall,
+    PackageStatus,
+)
 from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent, SuspectEvent
 from nsight_core.request import DEFAULT_METRIC
@@ -36,6 +48,7 @@ from nsight_core.results import EvidenceKind, Failure, Row
 from nsight_core.settings import JobSettings
 
 if TYPE_CHECKING:  # only for annotations: sandbox.py stays out of the import graph here
+    from nsight_core.host.ncu_install import NcuDiscovery
     from nsight_core.processes.sandbox import SandboxOutcome
 
 TamperScope = Literal["timer", "none", "all"]
@@ -71,6 +84,24 @@ class Records:
     suspects: list[SuspectEvent] = field(default_factory=list)
     """What reading the records found against rows (ncu: work outside the timed ranges,
     ranges nobody issued); applied as the judge's findings are."""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the environment probe found (host/probe.py), from which each backend says
+    whether it can run here, and what would fix it where it cannot."""
+
+    gpus: list[GpuInfo]
+    ncu: list[NcuInstall]
+    ncu_report: PackageStatus
+    cupti: PackageStatus
+    counters: CounterAccess
+    frameworks: list[FrameworkStatus]
+    found: NcuDiscovery | None = None
+    """ncu's discovery: why none is used, in the words the pipeline refuses a job with."""
+
+
+NO_GPU = "no NVIDIA GPU visible"
 
 
 class Backend(ABC):
@@ -173,6 +204,11 @@ class Backend(ABC):
         """Notes only this backend's numbers call for (cupti: host-bound calls); the rows'
         values and Trust stand."""
         return list(rows)
+
+    @abstractmethod
+    def availability(self, host: HostFacts, fixes: list[str]) -> BackendStatus:
+        """Whether this backend can run on ``host``, and why (`check_environment` shows it);
+        the cheapest fix appended to ``fixes`` where it cannot, or where a warning applies."""
 
     @abstractmethod
     def read_records(

@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from nsight_core.collectors.base import Backend, Records, Wrapped
+from nsight_core.collectors.base import NO_GPU, Backend, HostFacts, Records, Wrapped
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.kernel_sets import COPY_METRIC
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure, Row
@@ -287,3 +288,18 @@ class CuptiBackend(Backend):
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
     ) -> Records:
         return records_from_cupti_samples(samples, settings.kernels.ignore)
+
+    def availability(self, host: HostFacts, fixes: list[str]) -> BackendStatus:
+        """cupti runs with a GPU and a cupti-python that fits the driver."""
+        cupti = host.cupti
+        if not host.gpus:
+            missing = "" if cupti.installed else "; cupti-python not installed"
+            return BackendStatus(name="cupti", available=False, reason=NO_GPU + missing)
+        if not cupti.installed or cupti.compatible is False:
+            fixes.append(f"For backend 'cupti': {cupti.note}.")
+            return BackendStatus(
+                name="cupti", available=False, reason=f"cupti-python: {cupti.note}"
+            )
+        return BackendStatus(
+            name="cupti", available=True, reason=f"cupti-python {cupti.version}: {cupti.note}"
+        )

@@ -12,9 +12,10 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsight_core.collectors.base import Backend, Records, Wrapped
+from nsight_core.collectors.base import Backend, HostFacts, Records, Wrapped
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
@@ -115,6 +116,23 @@ class EventsBackend(Backend):
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
     ) -> Records:
         return records_from_samples(samples)
+
+    def availability(self, host: HostFacts, fixes: list[str]) -> BackendStatus:
+        """events runs anywhere: CUDA events where torch or cupy can make them, else the
+        host's clock."""
+        have = {f.name for f in host.frameworks if f.installed}
+        if host.gpus and have & {"torch", "cupy"}:
+            why = "CUDA events around each call (L2 flushed between runs)"
+        elif host.gpus:
+            why = "host wall-clock timing only: install torch or cupy for CUDA-event timing"
+        else:
+            why = "host wall-clock timing on CPU (no GPU): for screening and CI, not GPU numbers"
+            fixes.append(
+                "No NVIDIA GPU is visible to this process: run on a GPU host (nvidia-smi shows "
+                "the driver's view; check CUDA_VISIBLE_DEVICES); backend 'events' still works "
+                "for CPU screening."
+            )
+        return BackendStatus(name="events", available=True, reason=why)
 
 
 def _asked(settings: JobSettings) -> set[str]:

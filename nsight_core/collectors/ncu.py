@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.collectors.base import NO_GPU, Backend, HostFacts, Records, Wrapped, register
 from nsight_core.collectors.extract import extract_records
 from nsight_core.collectors.ranges import counted_records
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
-from nsight_core.host.ncu_install import find_ncu, ncu_version, require_ncu
+from nsight_core.host.ncu_install import NO_NCU_HINT, find_ncu, ncu_version, require_ncu
 from nsight_core.host.profilers import profiler_users
+from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import NCU_ENV, EngineConfig
 from nsight_core.protocol import (
     NCU_LOG_FILE,
@@ -283,6 +284,11 @@ def classify_ncu_failure(
     return None
 
 
+ADMIN_DOCS_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+"""NVIDIA's page on counter permissions: where a user denied counters is sent (never to
+driver settings of our own making)."""
+
+
 class NcuBackend(Backend):
     """Nsight Compute: any metric, per kernel, measured outside the contestant's process."""
 
@@ -349,6 +355,54 @@ class NcuBackend(Backend):
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
     ) -> Records:
         return records_from_report(wrapped.report_path, settings.metrics)
+
+    def availability(self, host: HostFacts, fixes: list[str]) -> BackendStatus:
+        """ncu runs with a GPU, a recent ncu, the report reader and counter access; the
+        reason a job would be refused, in the pipeline's words."""
+        used = next((n for n in host.ncu if n.used), None)
+        why_none = (host.found.problem if host.found else None) or "no ncu found"
+        if not host.gpus:
+            missing = "" if used else f"; {why_none}"
+            return BackendStatus(name="ncu", available=False, reason=NO_GPU + missing)
+        if used is None:
+            fixes.append(f"{why_none}: {host.found.hint if host.found else NO_NCU_HINT}.")
+            return BackendStatus(name="ncu", available=False, reason=why_none)
+        if not used.launch_mode_ok:
+            fixes.append(
+                f"The first ncu found ({used.path}) is too old or unreadable; put Nsight Compute "
+                "2022.4+ first on PATH or set NSPY_NCU."
+            )
+            return BackendStatus(
+                name="ncu",
+                available=False,
+                reason=f"ncu {used.version or '?'} at {used.path} is older than 2022.4",
+            )
+        if not host.ncu_report.installed:
+            fixes.append("Install the report reader: pip install 'ncu-report>=2025.3'.")
+            return BackendStatus(name="ncu", available=False, reason="ncu-report is not installed")
+        restricted = host.counters.rm_profiling_admin_only == 1 and not host.counters.is_admin
+        if host.counters.deep_test == "permission_denied" or (
+            restricted and host.counters.deep_test != "passed"
+        ):
+            fixes.append(
+                "GPU performance counters are restricted to administrators on this host. Ask the "
+                f"host's administrators for counter access (NVIDIA explains it at {ADMIN_DOCS_URL}); "
+                "meanwhile time kernels with backend 'cupti' or 'events'."
+            )
+            return BackendStatus(
+                name="ncu",
+                available=False,
+                reason="GPU performance counters are restricted to administrators on this host",
+            )
+        why = f"ncu {used.version} at {used.path}"
+        if host.counters.deep_test == "passed":
+            why += "; a one-kernel test read counters"
+        elif host.counters.rm_profiling_admin_only is None:
+            why += "; counter permission not checked (params unreadable; probe with deep=True)"
+        if host.ncu_report.compatible is False:
+            why += f"; warning: {host.ncu_report.note}"
+            fixes.append(host.ncu_report.note)
+        return BackendStatus(name="ncu", available=True, reason=why)
 
 
 def _nvtx_filter(argv: Sequence[str], replay_mode: str) -> NvtxFilter:

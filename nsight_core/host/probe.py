@@ -41,9 +41,11 @@ import threading
 import time
 from pathlib import Path
 
+from nsight_core.collectors import BACKEND_ORDER, get_backend
+from nsight_core.collectors.base import HostFacts
 from nsight_core.host.counters import deep_counter_test, read_profiling_admin_only
 from nsight_core.host.gpus import gpu_process_counts, list_gpus, probe_gpus
-from nsight_core.host.ncu_install import NO_NCU_HINT, NcuDiscovery, discover_ncu
+from nsight_core.host.ncu_install import discover_ncu
 from nsight_core.host.packages import (
     cupti_status,
     ncu_report_status,
@@ -65,7 +67,6 @@ from nsight_core.plan.config import EngineConfig
 from nsight_core.processes.sandbox import sandbox_mechanisms
 
 __all__ = [
-    "ADMIN_DOCS_URL",
     "CACHE_TTL_S",
     "BackendStatus",
     "CounterAccess",
@@ -87,7 +88,6 @@ __all__ = [
 CACHE_TTL_S = 300.0
 """Five minutes: long enough for an agent's burst of calls, short enough to see a new GPU job."""
 
-ADMIN_DOCS_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 _DRIVER_VERSION_FILE = Path("/sys/module/nvidia/version")
 
 
@@ -106,92 +106,6 @@ def _sandbox_status(memory_setting: str | None) -> SandboxStatus:
 # --------------------------------------------------------------------------------------
 # Verdicts
 # --------------------------------------------------------------------------------------
-
-
-def _ncu_backend(
-    gpus: list[GpuInfo],
-    ncu: list[NcuInstall],
-    report: PackageStatus,
-    counters: CounterAccess,
-    fixes: list[str],
-    found: NcuDiscovery | None = None,
-) -> BackendStatus:
-    """``found`` says why no ncu is used, in the words the pipeline refuses a job with."""
-    used = next((n for n in ncu if n.used), None)
-    why_none = (found.problem if found else None) or "no ncu found"
-    if not gpus:
-        missing = "" if used else f"; {why_none}"
-        return BackendStatus(name="ncu", available=False, reason=_NO_GPU + missing)
-    if used is None:
-        fixes.append(f"{why_none}: {found.hint if found else NO_NCU_HINT}.")
-        return BackendStatus(name="ncu", available=False, reason=why_none)
-    if not used.launch_mode_ok:
-        fixes.append(
-            f"The first ncu found ({used.path}) is too old or unreadable; put Nsight Compute "
-            "2022.4+ first on PATH or set NSPY_NCU."
-        )
-        return BackendStatus(
-            name="ncu",
-            available=False,
-            reason=f"ncu {used.version or '?'} at {used.path} is older than 2022.4",
-        )
-    if not report.installed:
-        fixes.append("Install the report reader: pip install 'ncu-report>=2025.3'.")
-        return BackendStatus(name="ncu", available=False, reason="ncu-report is not installed")
-    restricted = counters.rm_profiling_admin_only == 1 and not counters.is_admin
-    if counters.deep_test == "permission_denied" or (restricted and counters.deep_test != "passed"):
-        fixes.append(
-            "GPU performance counters are restricted to administrators on this host. Ask the "
-            f"host's administrators for counter access (NVIDIA explains it at {ADMIN_DOCS_URL}); "
-            "meanwhile time kernels with backend 'cupti' or 'events'."
-        )
-        return BackendStatus(
-            name="ncu",
-            available=False,
-            reason="GPU performance counters are restricted to administrators on this host",
-        )
-    why = f"ncu {used.version} at {used.path}"
-    if counters.deep_test == "passed":
-        why += "; a one-kernel test read counters"
-    elif counters.rm_profiling_admin_only is None:
-        why += "; counter permission not checked (params unreadable; probe with deep=True)"
-    if report.compatible is False:
-        why += f"; warning: {report.note}"
-        fixes.append(report.note)
-    return BackendStatus(name="ncu", available=True, reason=why)
-
-
-def _cupti_backend(gpus: list[GpuInfo], cupti: PackageStatus, fixes: list[str]) -> BackendStatus:
-    if not gpus:
-        missing = "" if cupti.installed else "; cupti-python not installed"
-        return BackendStatus(name="cupti", available=False, reason=_NO_GPU + missing)
-    if not cupti.installed or cupti.compatible is False:
-        fixes.append(f"For backend 'cupti': {cupti.note}.")
-        return BackendStatus(name="cupti", available=False, reason=f"cupti-python: {cupti.note}")
-    return BackendStatus(
-        name="cupti", available=True, reason=f"cupti-python {cupti.version}: {cupti.note}"
-    )
-
-
-def _events_backend(
-    gpus: list[GpuInfo], frameworks: list[FrameworkStatus], fixes: list[str]
-) -> BackendStatus:
-    have = {f.name for f in frameworks if f.installed}
-    if gpus and have & {"torch", "cupy"}:
-        why = "CUDA events around each call (L2 flushed between runs)"
-    elif gpus:
-        why = "host wall-clock timing only: install torch or cupy for CUDA-event timing"
-    else:
-        why = "host wall-clock timing on CPU (no GPU): for screening and CI, not GPU numbers"
-        fixes.append(
-            "No NVIDIA GPU is visible to this process: run on a GPU host (nvidia-smi shows the "
-            "driver's view; check CUDA_VISIBLE_DEVICES); backend 'events' still works for CPU "
-            "screening."
-        )
-    return BackendStatus(name="events", available=True, reason=why)
-
-
-_NO_GPU = "no NVIDIA GPU visible"
 
 
 # --------------------------------------------------------------------------------------
@@ -313,11 +227,8 @@ def _probe_environment(
         counters.detail = "; ".join(x for x in (counters.detail, detail) if x)
     frameworks = probe_frameworks()
     fixes: list[str] = []
-    backends = [
-        _ncu_backend(gpus, ncu, report_pkg, counters, fixes, found),
-        _cupti_backend(gpus, cupti, fixes),
-        _events_backend(gpus, frameworks, fixes),
-    ]
+    host = HostFacts(gpus, ncu, report_pkg, cupti, counters, frameworks, found)
+    backends = [get_backend(name).availability(host, fixes) for name in BACKEND_ORDER]
     if used and len(ncu) > 1:
         others = ", ".join(f"{n.path} ({n.version or '?'})" for n in ncu[1:])
         fixes.append(

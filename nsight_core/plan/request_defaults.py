@@ -24,13 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nsight_core.collectors import BACKEND_ORDER
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import EnvironmentReport
 from nsight_core.plan.config import EngineConfig
 from nsight_core.request import Backend, ProfileRequest, parse_callable_spec, request_workdir
-
-BACKEND_ORDER: tuple[Backend, ...] = ("ncu", "cupti", "events")
-"""Preferred first: ncu's numbers are external and take any metric."""
 
 MAX_TIME_LIMIT_S = float(
     next(m.le for m in ProfileRequest.model_fields["time_limit_s"].metadata if hasattr(m, "le"))
@@ -140,4 +138,4 @@ def resolve_defaults(
     return ProfileRequest.model_validate({**data, **update})
 
 
-__all__ = ["BACKEND_ORDER", "pick_backend", "read_task", "resolve_defaults", "task_file"]
+__all__ = ["pick_backend", "read_task", "resolve_defaults", "task_file"]

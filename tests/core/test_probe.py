@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from nsight_core.collectors import BACKEND_ORDER, BACKENDS, get_backend
+from nsight_core.collectors.base import HostFacts
 from nsight_core.host import probe
 from nsight_core.host.probe import (
     CounterAccess,
@@ -114,10 +116,10 @@ def _remediation_for(counters: CounterAccess, report_ok: bool = True) -> list[st
     rep = PackageStatus(name="ncu-report", installed=report_ok, version="2026.3.1", compatible=True)
     cupti = PackageStatus(name="cupti-python", installed=False, compatible=False, note="missing")
     fixes: list[str] = []
-    probe._ncu_backend(gpu, ncu, rep, counters, fixes)
-    probe._cupti_backend(gpu, cupti, fixes)
-    probe._events_backend(gpu, [], fixes)
-    probe._ncu_backend([], [], rep, counters, fixes)
+    host = HostFacts(gpu, ncu, rep, cupti, counters, [])
+    for name in BACKEND_ORDER:
+        get_backend(name).availability(host, fixes)
+    get_backend("ncu").availability(HostFacts([], [], rep, cupti, counters, []), fixes)
     return fixes
 
 
@@ -136,3 +138,12 @@ def test_remediation_of_this_host_contains_no_driver_setting_instructions() -> N
     text = " ".join(probe_environment(EngineConfig.from_env(), refresh=True).remediation).lower()
     for word in FORBIDDEN:
         assert word not in text
+
+
+def test_every_backend_says_whether_it_runs_here_in_the_order_of_preference() -> None:
+    # The probe gathers the host's facts; each backend judges them itself (no names compared
+    # in the probe), so a new backend shows up here by being registered.
+    assert sorted(BACKEND_ORDER) == sorted(BACKENDS)
+    report = probe.probe_environment(EngineConfig.from_env(), refresh=True)
+    assert [b.name for b in report.backends] == list(BACKEND_ORDER)
+    assert report.backend("events").available  # it runs anywhere, the host clock at least

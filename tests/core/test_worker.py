@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from nsight_core.collectors import get_backend
-from nsight_core.collectors.base import Backend, Records, Wrapped, register
+from nsight_core.collectors.base import Backend, HostFacts, Records, Wrapped, register
 from nsight_core.errors import NsightCoreError
+from nsight_core.host.report import BackendStatus
 from nsight_core.judge.core import Judge
 from nsight_core.judge.entry import check_path_once
 from nsight_core.pipeline import run_profile_job
@@ -88,6 +89,9 @@ class RangeOnly(Backend):
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
     ) -> Records:
         return Records([], list(settings.metrics))
+
+    def availability(self, host: HostFacts, fixes: list[str]) -> BackendStatus:
+        return BackendStatus(name=self.name, available=True, reason="a test's backend")
 
 
 @pytest.mark.usefixtures("own_tempdir")
