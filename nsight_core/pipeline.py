@@ -27,11 +27,11 @@ from nsight_core.collectors.base import Wrapped
 from nsight_core.collectors.ranges import CALLS_FILE
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.contention import TenantWatch, host_load
-from nsight_core.judge.in_flight import killed_in_flight
 from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
 from nsight_core.plan.request_defaults import resolve_defaults
+from nsight_core.processes.in_flight import killed_in_flight
 from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import (
     SandboxLimits,

@@ -14,6 +14,8 @@ import re
 import tokenize
 from pathlib import Path
 
+from nsight_core.collectors import BACKENDS
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("nsight_core", "nspy_mcp")
 
@@ -186,6 +188,77 @@ def test_the_layers_hold() -> None:
         if _in(module, low)
         for target in targets
         if any(_in(target, f) for f in forbidden)
+    ]
+    assert broken == []
+
+
+SERVER_ONLY = (
+    "nspy_mcp",
+    "nsight_core.pipeline",
+    "nsight_core.stages",
+    "nsight_core.staging",
+    "nsight_core.store",
+    "nsight_core.rows",
+    "nsight_core.processes.standby",
+    "nsight_core.processes.pool_policy",
+)
+"""What only the server runs: queueing, staging, the store, building rows and diagnoses.
+(A backend's module holds its server side too, the preflight and the host probe it asks,
+so the job processes load those modules without running them.)"""
+PROCESSES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "judge": (("nsight_core.judge.boot",), (*SERVER_ONLY, "nsight_core.contestant")),
+    "contestant": (
+        ("nsight_core.contestant.core", "nsight_core.contestant.__main__"),
+        (*SERVER_ONLY, "nsight_core.judge", "nsight_core.processes.seat"),
+    ),
+}
+"""Each job process: the modules it starts from, and what it must never load."""
+
+
+def _runs_in(entries: tuple[str, ...]) -> set[str]:
+    """Every project module a process started at ``entries`` loads: their imports, lazy ones
+    included (TYPE_CHECKING ones never run), each module's packages, and every backend's
+    module once `nsight_core.collectors` is loaded (`get_backend` imports them by name)."""
+    known = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        tree = ast.parse(path.read_text())
+        guarded = _type_checking_lines(tree)
+        graph[module] = {
+            t for t, n in _imports(module, path, known, tree) if n.lineno not in guarded
+        }
+    graph["nsight_core.collectors"] |= {f"nsight_core.collectors.{b}" for b in BACKENDS}
+    seen: set[str] = set()
+    todo = list(entries)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend(graph.get(module, ()))
+    return seen & set(known)
+
+
+def test_each_job_process_loads_nothing_of_the_servers_side_or_the_other_process() -> None:
+    for process, (entries, never) in PROCESSES.items():
+        loaded = _runs_in(entries)
+        assert set(entries) <= loaded
+        wrong = sorted(m for m in loaded if any(_in(m, n) for n in never))
+        assert wrong == [], f"the {process} loads {wrong}"
+
+
+def test_the_judge_and_the_contestant_are_imported_only_from_their_own_process() -> None:
+    """Their folders are their processes': the server starts them by module path
+    (``python -m``) and reads their files, never their code."""
+    graph = _graph()
+    broken = [
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in targets
+        for own in ("nsight_core.judge", "nsight_core.contestant")
+        if _in(target, own) and not _in(module, own)
     ]
     assert broken == []
 

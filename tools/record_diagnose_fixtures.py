@@ -34,9 +34,10 @@ import time
 from pathlib import Path
 
 from nsight_core.collectors.ncu import build_ncu_command, find_ncu, ncu_version
+from nsight_core.collectors.ncu_diagnose import DIAGNOSE_SECTIONS, diagnose_metrics
 from nsight_core.plan.config import EngineConfig
 from nsight_core.request import DEFAULT_METRIC
-from nsight_core.rows.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics, diagnose_run
+from nsight_core.rows.diagnose import diagnose_run
 
 CASES = {
     "diagnose_softmax": (

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal
 
 from nsight_core.collectors.base import NO_GPU, Backend, HostFacts, Records, Wrapped, register
 from nsight_core.collectors.extract import extract_records
+from nsight_core.collectors.ncu_diagnose import DIAGNOSE_SECTIONS, diagnose_metrics
 from nsight_core.collectors.ranges import counted_records
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
@@ -46,7 +47,6 @@ from nsight_core.request import CACHE_CONTROLS as REQUEST_CACHE_CONTROLS
 from nsight_core.request import CLOCK_CONTROLS as REQUEST_CLOCK_CONTROLS
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Failure
-from nsight_core.rows.diagnose import DIAGNOSE_SECTIONS, diagnose_metrics
 from nsight_core.settings import JobSettings
 
 if TYPE_CHECKING:

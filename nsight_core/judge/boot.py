@@ -4,7 +4,7 @@
     python -P -m nsight_core.judge.boot --standby HOME   (pre-started: its contestant too)
 
 Every request job's judge starts here (processes/standby_judge.py starts it) and takes its job on
-HOME's socket (processes/handover.py), whenever it comes: a job that starts cold goes to an
+HOME's socket (judge/handover.py), whenever it comes: a job that starts cold goes to an
 idle judge spawned for it and handed the job at once. This module imports only the standard
 library and the process machinery, so the socket listens, and a pre-started judge's
 contestant is spawned, a few hundredths of a second after this process starts; the judge's
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nsight_core.processes.handover import Handover
+from nsight_core.judge.handover import Handover
 from nsight_core.processes.launch import LaunchPlan, launch
 from nsight_core.processes.sandbox import watch_parent_pipe
 from nsight_core.runtime.early_cuda import EarlyCuda

@@ -22,7 +22,7 @@ from nsight_core.collectors.timers import tampering_affects
 from nsight_core.judge.account import Account
 from nsight_core.judge.call_limit import CallLimit
 from nsight_core.judge.gpu_state import GpuSampler
-from nsight_core.judge.in_flight import InFlight
+from nsight_core.processes.in_flight import InFlight
 from nsight_core.processes.launch import Channel, ContestantProcess
 from nsight_core.processes.seat import Seat
 from nsight_core.protocol import RunKey, SuspectEvent

@@ -49,8 +49,8 @@ from nsight_core.protocol import (
     SampleEvent,
 )
 from nsight_core.request import ProfileRequest
-from nsight_core.rows.diagnose import nbytes_of
 from nsight_core.runtime.check import clone_args, same_result
+from nsight_core.runtime.leaves import nbytes_of
 from nsight_core.runtime.messages import ReplyMsg
 from nsight_core.runtime.process import failure_event, seed_all
 from nsight_core.settings import JobSettings

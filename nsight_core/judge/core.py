@@ -50,7 +50,7 @@ from nsight_core.judge.calls import Calls
 from nsight_core.judge.config_run import ConfigRunner
 from nsight_core.judge.gpu_state import GpuSampler
 from nsight_core.judge.guard import BoundTools, CandidateImportGuard
-from nsight_core.judge.in_flight import InFlight
+from nsight_core.processes.in_flight import InFlight
 from nsight_core.processes.launch import (
     CallTimedOut,
     Channel,

@@ -20,9 +20,9 @@ from nsight_core.errors import JobExit
 from nsight_core.judge.calls import Inputs
 from nsight_core.judge.core import START_TIMEOUT_S, Judge
 from nsight_core.judge.gpu_state import GpuSampler
+from nsight_core.judge.handover import Handover
 from nsight_core.judge.verdict import Tally, judge_output, trivial_bound
 from nsight_core.plan.config import NCU_ENV, EngineConfig
-from nsight_core.processes.handover import Handover
 from nsight_core.processes.launch import ContestantGone, Launched
 from nsight_core.processes.sandbox.env import inherited, take_inherited
 from nsight_core.processes.seat import Seat

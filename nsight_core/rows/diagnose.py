@@ -9,7 +9,7 @@ Two products, both computed in the parent from raw per-run values:
   speed-of-light percentages with ncu's own 60 % line (`BOUND_PCT`).
 - `apply_floor`: on every backend, a time row whose median lies below `FLOOR_FRACTION` of
   the time needed to write the outputs at peak DRAM bandwidth is made `suspicious`. The
-  judge measures the bytes (`nbytes_of`, `FloorEvent`); the peak comes from the ncu report
+  judge measures the bytes (`runtime.leaves.nbytes_of`, `FloorEvent`); the peak comes from the ncu report
   where there is one, else from `PEAK_DRAM_TABLE` (datasheet numbers, source stated).
 
 Every field of a `Diagnosis` that is null has its reason in ``Why``: nothing is stated
@@ -31,6 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core.collectors.extract import extract_records
+from nsight_core.collectors.ncu_diagnose import (
+    DIAGNOSE_METRICS,
+    DRAM_CLOCK,
+    DRAM_PEAK_PER_CYCLE,
+    MEM_PCT,
+    SM_PCT,
+    TENSOR_PCT,
+)
 from nsight_core.collectors.ranges import counted_records
 from nsight_core.diagnosis import BoundKind, Diagnosis, RuleFinding
 from nsight_core.errors import NsightCoreError
@@ -43,23 +51,10 @@ from nsight_core.rows.floor import (
     floor_notes,
     floors_of,
     fmt_ns,
-    nbytes_of,
     table_peak,
 )
 from nsight_core.rows.ncu_rules import read_rules
-from nsight_core.rows.speed_of_light import (
-    DIAGNOSE_METRICS,
-    DIAGNOSE_SECTIONS,
-    DRAM_CLOCK,
-    DRAM_PEAK_PER_CYCLE,
-    MEM_PCT,
-    SM_PCT,
-    TENSOR_PCT,
-    RunSol,
-    diagnose_metrics,
-    fold_kernels,
-    median_sol,
-)
+from nsight_core.rows.speed_of_light import RunSol, fold_kernels, median_sol
 
 # -- thresholds ------------------------------------------------------------------------
 
@@ -447,8 +442,6 @@ def diagnose_run(
 
 
 __all__ = [
-    "DIAGNOSE_METRICS",
-    "DIAGNOSE_SECTIONS",
     "Floor",
     "GroupInputs",
     "JobDiagnosis",
@@ -458,10 +451,8 @@ __all__ = [
     "classify",
     "diagnose_group",
     "diagnose_groups",
-    "diagnose_metrics",
     "diagnose_run",
     "fold_kernels",
     "median_sol",
-    "nbytes_of",
     "table_peak",
 ]

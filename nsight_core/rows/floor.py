@@ -1,7 +1,7 @@
 """The physical floor: a time row below the time needed to write its outputs is suspicious.
 
 Checked on every backend, independently of ``diagnose``: the judge measures the bytes
-(`nbytes_of`, sent as a `FloorEvent`), the peak DRAM bandwidth comes from the ncu report
+(`runtime.leaves.nbytes_of`, sent as a `FloorEvent`), the peak DRAM bandwidth comes from the ncu report
 where there is one, else from `PEAK_DRAM_TABLE` (datasheet numbers, source stated).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from nsight_core.protocol import EVENTS_METRIC, FloorEvent
 from nsight_core.request import DEFAULT_METRIC
@@ -39,28 +38,6 @@ Used only without an ncu report. Where one name covers several memory configurat
 (GH200 96/144 GB, A100 40/80 GB) the highest is listed: a higher peak gives a lower floor,
 so the check stays conservative."""
 PEAK_TABLE_SOURCE = "NVIDIA datasheet peak for {gpu} (PEAK_DRAM_TABLE in nsight_core/rows/floor.py)"
-
-
-# -- bytes the judge sees ----------------------------------------------------------------
-
-
-def nbytes_of(obj: Any) -> int | None:
-    """Bytes of every array in ``obj`` (tensors, numpy/cupy arrays, nested containers).
-
-    Duck-typed on ``nbytes`` so this module imports no framework. None when nothing in
-    ``obj`` is an array (plain Python values have no meaningful device bytes).
-    """
-    total, found, stack = 0, False, [obj]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-        elif isinstance(getattr(item, "nbytes", None), int) and hasattr(item, "shape"):
-            total += int(item.nbytes)
-            found = True
-    return total if found else None
 
 
 # -- peak bandwidth ----------------------------------------------------------------------

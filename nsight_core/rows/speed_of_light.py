@@ -1,8 +1,8 @@
-"""What ncu collects for ``diagnose``, and one run's kernels folded into speed-of-light numbers.
+"""One run's kernels folded into speed-of-light numbers, from what ncu collects for ``diagnose``.
 
-The collection plan (the metrics and sections the ncu backend adds) and the per-run values
-read back from them belong together: a metric added here is a field of `RunSol` there.
-Kernels of one run are folded (times and bytes add up, percentages are time-weighted) and
+The collection plan (the metrics and sections the ncu backend adds) is the ncu backend's
+(collectors/ncu_diagnose.py); a metric added there is a field of `RunSol` here. Kernels of
+one run are folded (times and bytes add up, percentages are time-weighted) and
 runs are summarised by their median.
 """
 
@@ -13,49 +13,18 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nsight_core.request import DEFAULT_METRIC
-
-# -- what ncu collects -----------------------------------------------------------------
-
-SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
-MEM_PCT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
-DRAM_BYTES = "dram__bytes.sum"
-DRAM_RATE = "dram__bytes.sum.per_second"
-DRAM_PEAK_PER_CYCLE = "dram__bytes.sum.peak_sustained"
-DRAM_CLOCK = "dram__cycles_elapsed.avg.per_second"
-TENSOR_PCT = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
-GRID = "launch__grid_size"
-BLOCK = "launch__block_size"
-WAVES = "launch__waves_per_multiprocessor"
-
-DIAGNOSE_METRICS: tuple[str, ...] = (
-    DEFAULT_METRIC,
-    SM_PCT,
-    MEM_PCT,
-    DRAM_BYTES,
-    DRAM_RATE,
-    DRAM_PEAK_PER_CYCLE,
-    DRAM_CLOCK,
-    TENSOR_PCT,
-    GRID,
+from nsight_core.collectors.ncu_diagnose import (
     BLOCK,
+    DRAM_BYTES,
+    DRAM_CLOCK,
+    DRAM_PEAK_PER_CYCLE,
+    GRID,
+    MEM_PCT,
+    SM_PCT,
+    TENSOR_PCT,
     WAVES,
 )
-"""Added to ncu's ``--metrics`` by ``diagnose``. All are checked against the shipped gh100
-catalog by a test. `DRAM_PEAK_PER_CYCLE` x `DRAM_CLOCK` is the peak DRAM bandwidth as ncu
-itself computes it (bytes per DRAM cycle at sustained peak, times DRAM cycles per second);
-the tensor metric counts every tensor op type (HMMA/HGMMA/IMMA...; on gh100 `hmma` alone
-also covers HGMMA, but not IMMA)."""
-
-DIAGNOSE_SECTIONS: tuple[str, ...] = ("SpeedOfLight",)
-"""ncu sections added by ``diagnose``, so ncu applies the section's rules (SOLBottleneck
-and friends) and the report carries their results. The section's own metrics overlap ours."""
-
-
-def diagnose_metrics(requested: Sequence[str]) -> list[str]:
-    """The metrics ncu collects with ``diagnose``: the requested ones first, then ours."""
-    return list(dict.fromkeys([*requested, *DIAGNOSE_METRICS]))
-
+from nsight_core.request import DEFAULT_METRIC
 
 # -- per-run speed-of-light values -------------------------------------------------------
 

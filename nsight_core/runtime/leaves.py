@@ -53,3 +53,23 @@ def array_leaves(
         kind = array_kind(leaf)
         if kind is not None:
             yield where, leaf, kind
+
+
+def nbytes_of(obj: Any) -> int | None:
+    """Bytes of every array in ``obj`` (tensors, numpy/cupy arrays, nested containers): what
+    the judge reports for the floor (rows/floor.py), so the judge loads nothing of rows/.
+
+    Duck-typed on ``nbytes`` so this module imports no framework. None when nothing in
+    ``obj`` is an array (plain Python values have no meaningful device bytes).
+    """
+    total, found, stack = 0, False, [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(getattr(item, "nbytes", None), int) and hasattr(item, "shape"):
+            total += int(item.nbytes)
+            found = True
+    return total if found else None

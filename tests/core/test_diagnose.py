@@ -14,14 +14,23 @@ import pytest
 
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.ncu import build_ncu_command
+from nsight_core.collectors.ncu_diagnose import (
+    DIAGNOSE_METRICS,
+    DIAGNOSE_SECTIONS,
+    DRAM_BYTES,
+    DRAM_CLOCK,
+    DRAM_PEAK_PER_CYCLE,
+    MEM_PCT,
+    SM_PCT,
+    TENSOR_PCT,
+    diagnose_metrics,
+)
 from nsight_core.host.catalog import check_metric, estimate_passes, load_shipped
 from nsight_core.protocol import FloorEvent, RunKey
 from nsight_core.request import DEFAULT_METRIC, KernelsSpec, ProfileRequest
 from nsight_core.results import ProfileResult, Row
 from nsight_core.rows.aggregate import RowContext, aggregate_rows, reduce_runs
 from nsight_core.rows.diagnose import (
-    DIAGNOSE_METRICS,
-    DIAGNOSE_SECTIONS,
     Floor,
     GroupInputs,
     Peak,
@@ -29,24 +38,15 @@ from nsight_core.rows.diagnose import (
     apply_floor,
     classify,
     diagnose_group,
-    diagnose_metrics,
     diagnose_run,
     fold_kernels,
     median_sol,
-    nbytes_of,
     table_peak,
 )
 from nsight_core.rows.floor import FLOOR_FRACTION
 from nsight_core.rows.ncu_rules import rule_finding
 from nsight_core.rows.runs import read_events
-from nsight_core.rows.speed_of_light import (
-    DRAM_BYTES,
-    DRAM_CLOCK,
-    DRAM_PEAK_PER_CYCLE,
-    MEM_PCT,
-    SM_PCT,
-    TENSOR_PCT,
-)
+from nsight_core.runtime.leaves import nbytes_of
 from nsight_core.settings import JobSettings
 
 H200_PEAK = 4.8e12

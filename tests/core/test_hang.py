@@ -89,7 +89,7 @@ def test_a_candidate_that_kills_its_process_is_named_in_the_headline(tmp_path: P
 @pytest.mark.slow
 def test_a_candidate_past_the_memory_limit_is_named_with_the_limit(tmp_path: Path) -> None:
     """The limit is on the job's processes together, so the judge is killed too: the call
-    it had in flight (judge/in_flight.py) names the candidate."""
+    it had in flight (processes/in_flight.py) names the candidate."""
     config = EngineConfig(job_memory="1536MiB")
     result = run_profile_job(
         request(["hoards"], 60.0), tmp_path / "j", result_id="j", config=config

@@ -1,4 +1,4 @@
-"""The idle judge (processes/handover.py) with real processes: a job whose settings no
+"""The idle judge (judge/handover.py) with real processes: a job whose settings no
 standby has goes to the judge the pool started before any request, whose contestant starts
 the moment the job comes; it is judged as a cold job is, and only the pool can hand it one."""
 

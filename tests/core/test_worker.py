@@ -223,7 +223,7 @@ def test_a_cold_job_starts_its_contestant_from_the_servers_plan_before_the_judge
     """A cold job takes the one way a job reaches a judge: the server writes the contestant's
     command into the judge's home (launch.json) and hands the job to the judge it spawned at
     once; the judge's handover thread, listening before the judge imports anything heavy,
-    starts the contestant with the standard library alone (processes/handover.py)."""
+    starts the contestant with the standard library alone (judge/handover.py)."""
     result = job_with_candidate(tmp_path, "same.py", "def cand(xs):\n    return sum(xs)\n", n=8)
     assert result.status == "done", result.message
     assert result.provenance is not None
