@@ -34,8 +34,9 @@ A named finding fails the call (the contestant's reasons); a container rebuilt o
 finalizer held back names nothing: the judge then reads the output as the window left it.
 
 Everything the guard calls is bound when it is made, before any candidate is imported, and
-the contestant's integrity watch covers this module. Not covered here (docs/correctness.md,
-"What is not closed"): audit hooks (they cannot be removed), signal handlers, kernels a
+the contestant's integrity watch covers this module. Signal handlers and interval timers
+the call left are taken back in `settle` (signal_guard.py). Not covered here
+(docs/correctness.md, "What is not closed"): audit hooks (they cannot be removed), kernels a
 candidate registers for torch's own operators (``torch.library``), and threads, which the
 timers' own checks see.
 """
@@ -48,6 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FunctionType
 from typing import Any, ClassVar
+
+from nsight_core.contestant.signal_guard import SignalGuard
 
 MAX_DEPTH = 32
 """As deep as the exchange describes an output (`SlotTable.write_output`): a part nested
@@ -177,6 +180,7 @@ class CallGuard:
         """The harness's own profile function (None, unless a profiler runs the process)."""
         self.trace = sys.gettrace()
         self.monitoring = _Monitoring.bind()
+        self.signals = SignalGuard()
         self.torch: _TorchState | None = None
         self.open_call: Guarded | None = None
         """The call under way: a harness that failed before releasing it is released at
@@ -189,6 +193,7 @@ class CallGuard:
     def bind(self) -> None:
         """Bind the frameworks imported since (the reference's cupy): call it before any
         candidate is imported. Binding twice changes nothing already bound."""
+        self.signals.bind()
         torch = sys.modules.get("torch")
         if torch is not None and self.torch is None:
             self.torch = _TorchState.bind(torch)
@@ -247,6 +252,7 @@ class Guarded:
     def _seal(self) -> None:
         """Inside the window: nothing of the call's may run once the timer reads its end."""
         self._g.gc_disable()  # the call may have turned it back on
+        self._g.signals.disarm_real()
         self._hooks("the call")
 
     def _hooks(self, when: str) -> None:
@@ -297,6 +303,8 @@ class Guarded:
         the timer's end read, before anything else touches the output."""
         if out is self._settled:
             return out
+        for what in self._g.signals.take_back(self._keep):
+            self._left("the call", what)
         self._modes("the call")
         t = self._g.torch
         if t is not None and t.key_included(t.python_dispatcher_key):  # the candidate's switch

@@ -72,6 +72,8 @@ WATCHED_MODULES = (
     "nsight_core.contestant.call_guard",
     "nsight_core.contestant.call_guard.CallGuard",
     "nsight_core.contestant.call_guard.Guarded",
+    "nsight_core.contestant.signal_guard",
+    "nsight_core.contestant.signal_guard.SignalGuard",
     "nsight_core.contestant.integrity",
     "nsight_core.contestant.integrity.Watch",
     "nsight_core.protocol",
@@ -94,6 +96,7 @@ DATA_MODULES = (
     "nsight_core.collectors.cupti_records",
     "nsight_core.contestant.core",
     "nsight_core.contestant.call_guard",
+    "nsight_core.contestant.signal_guard",
     "nsight_core.contestant.integrity",
 )
 """Our timing modules, whose plain data is watched too (`Watch.watch_state`): nothing in them

@@ -10,6 +10,7 @@ the harness was handed.
 from __future__ import annotations
 
 import gc
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -284,7 +285,9 @@ def test_the_guard_costs_a_few_microseconds_a_call(guard: CallGuard) -> None:
         g.release()
     per_call_us = (time.perf_counter() - t0) / n * 1e6
     assert got is out
-    assert per_call_us < 50, per_call_us  # about 3 us on a laptop core; generous for CI
+    # About 14 us on an idle 2-core VM, half of it the scan of every signal's handler
+    # (signal_guard.py); generous for a loaded CI host.
+    assert per_call_us < 120, per_call_us
 
 
 def test_the_guard_is_watched() -> None:
@@ -322,3 +325,41 @@ def _events() -> Any:
     from nsight_core.collectors import get_backend
 
     return get_backend("events")
+
+
+def test_a_timer_or_signal_handler_the_call_leaves_is_taken_back_and_named(
+    guard: CallGuard,
+) -> None:
+    fired: list[int] = []
+
+    def candidate() -> torch.Tensor:
+        signal.signal(signal.SIGUSR1, lambda signum, frame: fired.append(signum))
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 30.0)
+        return torch.zeros(4)
+
+    g = guard.open()
+    g.settle(g.wrap(candidate)())
+    g.release()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    assert sum("interval timer armed" in f for f in g.findings) == 2
+    assert any("a handler for signal " in f and "(signal.signal)" in f for f in g.findings)
+    assert not fired
+
+
+def test_a_watchdog_disarmed_before_the_call_returns_is_no_finding(guard: CallGuard) -> None:
+    def candidate() -> torch.Tensor:
+        previous = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        try:
+            return torch.zeros(4)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, previous)
+
+    g = guard.open()
+    g.settle(g.wrap(candidate)())
+    g.release()
+    assert g.findings == []

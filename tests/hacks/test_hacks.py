@@ -30,7 +30,8 @@ jobs go through one standby pool, as a server's do: after the first, each job is
 a judge and contestant started before it (standby.py), so every verdict here holds for
 pre-started processes too.
 
-On CPU each job runs when a test first needs it. The shared job runs by default; the
+On CPU each job runs when a test first needs it. The shared jobs (the candidates that need
+no job of their own, as few jobs as the request's candidate limit allows) run by default; the
 candidates that run alone are marked `slow` (a job each, about 3 s apiece on 2 cores) and
 go through one standby pool, the first cold and the others pre-started, as above.
 """
@@ -178,19 +179,20 @@ def profile(
 def run_catalogue(
     tmp: Callable[[str], Path], *, backend: str = "events", device: str = "cpu"
 ) -> dict[str, ProfileResult]:
-    """Candidate spec -> the result of the job it ran in (one shared job, and the loners)."""
+    """Candidate spec -> the result of the job it ran in (the shared jobs, and the loners)."""
     extra = {} if device == "cpu" else {"device": device}
-    shared = [h.spec for h in HEADERS if "Runs alone" not in h.fields]
     pool = StandbyPool(config=EngineConfig.from_env())
+    out: dict[str, ProfileResult] = {}
     try:
-        result = profile(
-            shared,
-            tmp("shared"),
-            backend=backend,
-            config={"rows": 32, "cols": 64, **extra},
-            standby=pool,
-        )
-        out = dict.fromkeys(shared, result)
+        for i, part in enumerate(SHARED_JOBS):
+            result = profile(
+                [h.spec for h in part],
+                tmp(f"shared{i}"),
+                backend=backend,
+                config={"rows": 32, "cols": 64, **extra},
+                standby=pool,
+            )
+            out |= dict.fromkeys([h.spec for h in part], result)
         for h in HEADERS:
             if "Runs alone" in h.fields:
                 out[h.spec] = profile(
@@ -205,7 +207,7 @@ def run_catalogue(
                 )
     finally:
         pool.close()
-    jobs = 1 + sum("Runs alone" in h.fields for h in HEADERS)
+    jobs = len(SHARED_JOBS) + sum("Runs alone" in h.fields for h in HEADERS)
     sys.stdout.write(f"[{backend}] {pool.taken} of {jobs} jobs went to pre-started judges\n")
     assert pool.taken > 0, "no job of the catalogue went to a pre-started judge"
     return out
@@ -213,6 +215,14 @@ def run_catalogue(
 
 SHARED = [h for h in HEADERS if "Runs alone" not in h.fields]
 LONERS = [h for h in HEADERS if "Runs alone" in h.fields]
+MAX_CANDIDATES = next(
+    m.max_length
+    for m in ProfileRequest.model_fields["candidates"].metadata
+    if getattr(m, "max_length", None)
+)
+_PER_JOB = (len(SHARED) + MAX_CANDIDATES - 1) // MAX_CANDIDATES
+SHARED_JOBS = [SHARED[i::_PER_JOB] for i in range(_PER_JOB)]
+"""The candidates that share a job, in as few jobs as a request's candidate limit allows."""
 
 JobOf = Callable[[Header], ProfileResult]
 
@@ -236,11 +246,12 @@ def job_of(tmp_path_factory: pytest.TempPathFactory, loner_pool: StandbyPool) ->
     done: dict[str, ProfileResult] = {}
 
     def job(h: Header) -> ProfileResult:
-        key = h.name if h in LONERS else "shared"
+        part = next((i for i, job in enumerate(SHARED_JOBS) if h in job), None)
+        key = h.name if part is None else f"shared{part}"
         if key not in done:
-            if key == "shared":
-                specs = [s.spec for s in SHARED]
-                done[key] = profile(specs, tmp_path_factory.mktemp("shared"))
+            if part is not None:
+                specs = [s.spec for s in SHARED_JOBS[part]]
+                done[key] = profile(specs, tmp_path_factory.mktemp(key))
             else:
                 done[key] = profile(
                     [h.spec],
@@ -298,7 +309,8 @@ def test_candidate_gets_the_verdict_its_header_states(header: Header, job_of: Jo
 @pytest.mark.parametrize(
     "header",
     [
-        pytest.param(SHARED[0], id="shared"),  # the shared job, by one of its candidates
+        # each shared job, by one of its candidates
+        *(pytest.param(job[0], id=f"shared{i}") for i, job in enumerate(SHARED_JOBS)),
         *(_param(h) for h in LONERS),
     ],
 )
