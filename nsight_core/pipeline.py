@@ -26,6 +26,7 @@ from nsight_core.collectors import get_backend
 from nsight_core.collectors.base import Wrapped
 from nsight_core.collectors.ranges import CALLS_FILE
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.ceilings import for_job
 from nsight_core.host.contention import TenantWatch, host_load
 from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
@@ -163,7 +164,13 @@ def run_profile_job(
                 again, config, on_progress=on_progress, cancel=cancel, standby=standby, waits=waits
             )
             run = _joined(run, more)
-    result = assemble_result(request, run, result_id=result_id, created_at=created)
+    result = assemble_result(
+        request,
+        run,
+        result_id=result_id,
+        created_at=created,
+        measured=for_job(plan.settings.gpu, config),
+    )
     return with_waits(result, waits)
 
 

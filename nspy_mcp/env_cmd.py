@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from nsight_core.errors import NsightCoreError
 from nsight_core.host.catalog import MetricsValidation, validate_metrics
 from nsight_core.host.probe import EnvironmentReport, PackageStatus, probe_environment
-from nsight_core.host.report import CanaryCheck
+from nsight_core.host.report import CanaryCheck, GpuInfo
 from nsight_core.plan.config import EngineConfig
 
 
@@ -28,6 +28,22 @@ def _package_state(pkg: PackageStatus) -> str:
     state = pkg.version or ("installed, version unknown" if pkg.installed else "not installed")
     note = pkg.note.removeprefix(f"{state}: ").removeprefix(state)
     return f"{state}: {note}" if note else state
+
+
+def _gpu_lines(g: GpuInfo) -> list[str]:
+    """Under a GPU's line: its measured ceilings, if calibrated, and its processes."""
+    lines = []
+    if g.stream_bytes_per_s is not None and g.dense_bf16_flops is not None:
+        sheet = g.datasheet_bytes_per_s
+        beside = f" (datasheet {sheet / 1e12:.2f} TB/s)" if sheet else ""
+        lines.append(
+            f"       measured: streaming {g.stream_bytes_per_s / 1e12:.2f} TB/s{beside}, "
+            f"dense bf16 {g.dense_bf16_flops / 1e12:.0f} TFLOP/s"
+        )
+    lines += [
+        f"       pid {p.pid} {p.name or '?'} {p.used_memory_mib or '?'} MiB" for p in g.processes
+    ]
+    return lines
 
 
 def format_environment(r: EnvironmentReport) -> str:
@@ -46,8 +62,7 @@ def format_environment(r: EnvironmentReport) -> str:
             f"mem {mem} sm {g.sm_clock_mhz} MHz {g.temperature_c} C "
             f"{len(g.processes)} process(es)"
         )
-        for p in g.processes:
-            add(f"       pid {p.pid} {p.name or '?'} {p.used_memory_mib or '?'} MiB")
+        out.extend(_gpu_lines(g))
     if r.ncu_problem:
         add(f"ncu       none used: {r.ncu_problem}")
     elif not r.ncu:

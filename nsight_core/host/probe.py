@@ -43,6 +43,7 @@ from pathlib import Path
 
 from nsight_core.collectors import BACKEND_ORDER, get_backend
 from nsight_core.collectors.base import HostFacts
+from nsight_core.host.ceilings import GpuCeilings, cached, calibrate, shown
 from nsight_core.host.counters import deep_counter_test, read_profiling_admin_only
 from nsight_core.host.gpus import gpu_process_counts, list_gpus, probe_gpus
 from nsight_core.host.ncu_install import discover_ncu
@@ -139,11 +140,7 @@ def cache_key(deep: bool, config: EngineConfig) -> str:
 
 def cache_dir(config: EngineConfig) -> Path:
     """Per-user cache directory of nspy-mcp (probe results, live catalogs)."""
-    if config.cache_dir is not None:
-        return config.cache_dir
-    import platformdirs  # lazy: only when NSPY_CACHE_DIR is not set
-
-    return Path(platformdirs.user_cache_dir("nspy-mcp", appauthor=False))
+    return config.cache_root()
 
 
 def _load_file(key: str, now: float, config: EngineConfig) -> EnvironmentReport | None:
@@ -183,6 +180,31 @@ def _cached(deep: bool, now: float, config: EngineConfig) -> EnvironmentReport |
 _probe_lock = threading.Lock()
 """One probe at a time in a process: a caller that comes while one runs (the server's start,
 a first request) waits for it and gets its report from the cache."""
+
+
+def _ceilings(
+    gpus: list[GpuInfo], driver: str | None, deep: bool, config: EngineConfig, fixes: list[str]
+) -> list[GpuCeilings]:
+    """Each GPU's calibrated ceilings (host/ceilings.py): the kept ones, and with ``deep``
+    a calibration of each GPU without one for this driver."""
+    out: list[GpuCeilings] = []
+    for gpu in gpus:
+        kept = cached(gpu.uuid, config) if gpu.uuid else None
+        if kept is not None and kept.driver_version not in (None, driver):
+            kept = None  # another driver: measured again with deep
+        if kept is None and deep:
+            try:
+                kept = calibrate(gpu, driver, config)
+            except RuntimeError as exc:
+                fixes.append(f"{exc}; floors and % of peak use datasheet values meanwhile.")
+        if kept is not None:
+            out.append(kept)
+    if gpus and len(out) < len(gpus) and not deep:
+        fixes.append(
+            "Floors and % of peak use datasheet bandwidth for GPUs not calibrated here: "
+            "check_environment with deep=true measures them once (about 10 s a GPU)."
+        )
+    return out
 
 
 def probe_environment(
@@ -227,6 +249,8 @@ def _probe_environment(
         counters.detail = "; ".join(x for x in (counters.detail, detail) if x)
     frameworks = probe_frameworks()
     fixes: list[str] = []
+    gauged = {c.uuid: c for c in _ceilings(gpus, driver, deep, config, fixes)}
+    gpus = [shown(g, gauged.get(g.uuid or "")) for g in gpus]
     host = HostFacts(gpus, ncu, report_pkg, cupti, counters, frameworks, found)
     backends = [get_backend(name).availability(host, fixes) for name in BACKEND_ORDER]
     if used and len(ncu) > 1:

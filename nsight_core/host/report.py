@@ -36,10 +36,15 @@ class GpuInfo(_Model):
     processes: list[GpuProcess] = Field(
         default_factory=list, description="Compute processes on this GPU now (a busy GPU is noisy)."
     )
+    stream_bytes_per_s: float | None = Field(
+        None,
+        description="Measured streaming bandwidth (deep=true calibrates; docs/environment.md).",
+    )
+    dense_bf16_flops: float | None = Field(None, description="Measured dense bf16 FLOP/s.")
+    datasheet_bytes_per_s: float | None = Field(None, description="NVIDIA's datasheet value.")
     busy: bool = Field(
         False,
-        description="Other processes use this GPU (see processes): timings there are noisier, "
-        "and the job queue prefers an idle GPU.",
+        description="Other processes use it: noisier timings; the queue prefers an idle GPU.",
     )
 
 
@@ -49,8 +54,7 @@ class NcuInstall(_Model):
     version: str | None = Field(None, description="From `ncu --version`, e.g. '2025.3.1.0'.")
     error: str | None = Field(None, description="Why the version could not be read.")
     used: bool = Field(
-        description="True for the one nsight_core runs: the NSPY_NCU one when set, else the "
-        "first on PATH; none when NSPY_NCU is set but does not resolve (see ncu_problem)."
+        description="The one jobs run: NSPY_NCU's, else the first on PATH (see ncu_problem)."
     )
     launch_mode_ok: bool = Field(description="Version >= 2022.4: usable in launch mode.")
     attach_mode_ok: bool = Field(description="Version >= 2026.2.1: usable in attach mode.")
@@ -69,8 +73,7 @@ class PackageStatus(_Model):
 class CounterAccess(_Model):
     rm_profiling_admin_only: int | None = Field(
         None,
-        description="RmProfilingAdminOnly from /proc/driver/nvidia/params (1: counters are "
-        "for administrators only); null when unreadable.",
+        description="The driver's RmProfilingAdminOnly (1: admins only); null: unreadable.",
     )
     is_admin: bool = Field(description="This process runs as root.")
     deep_test: Literal["not_run", "passed", "permission_denied", "failed", "skipped"] = Field(
@@ -96,7 +99,7 @@ class SandboxStatus(_Model):
 
     parent_death: str = Field(description="How a job dies with the server.")
     descendants: str = Field(
-        description="How processes that left the job's group (setsid) are found at its end."
+        description="How processes that left the job's group are found at its end."
     )
     memory_limit_bytes: int = Field(description="Default resident-memory limit of a job; 0: none.")
     memory_limit_source: str = Field(
@@ -106,7 +109,7 @@ class SandboxStatus(_Model):
         description="Landlock ABI of the kernel; 0: no file system allow-list possible."
     )
     server_protected: bool = Field(
-        description="Whether this process's /proc environ is closed to same-user processes."
+        description="This process's /proc environ is closed to same-user processes."
     )
 
 
@@ -117,7 +120,7 @@ class CanaryCheck(_Model):
     # itself never runs candidate code. `tools/list` checks this part by type only (the
     # server validates it), so its fields cost an agent's context nothing.
     ok: bool | None = Field(
-        description="Every hack caught and the control passed; null when the job did not run."
+        description="Every hack caught, the control passed; null: the job did not run."
     )
     caught: int = Field(description="Hacks that got their expected verdict.")
     total: int = Field(description="Hacks in the set (the honest control is not one of them).")

@@ -94,7 +94,16 @@ class EngineConfig:
     """`VISIBLE_ENV` of the server's process (None: unset, every GPU): the slots it shares
     out, and part of the probe cache's key."""
     cache_dir: Path | None = None
-    """`CACHE_DIR_ENV`; None: the platform's user cache directory (host/probe.cache_dir)."""
+    """`CACHE_DIR_ENV`; None: the platform's user cache directory (`cache_root`)."""
+
+    def cache_root(self) -> Path:
+        """Where nspy-mcp keeps what it learnt of this host (probe results, catalogs,
+        calibrated ceilings)."""
+        if self.cache_dir is not None:
+            return self.cache_dir
+        import platformdirs  # lazy: only when NSPY_CACHE_DIR is not set
+
+        return Path(platformdirs.user_cache_dir("nspy-mcp", appauthor=False))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:

@@ -27,6 +27,7 @@ from typing import Any
 
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.ceilings import GpuCeilings
 from nsight_core.host.contention import contention, gpu_shared
 from nsight_core.protocol import CheckEvent, RunKey, SuspectEvent
 from nsight_core.request import ProfileRequest
@@ -269,6 +270,7 @@ def diagnose_job(
     values: RunValues,
     configs: Sequence[Mapping[str, Any]],
     gpu: str | None,
+    measured: GpuCeilings | None = None,
 ) -> JobDiagnosis:
     """diagnose.py over a finished job: diagnoses (with ``diagnose``) and the rows' floors."""
     return diagnose_run(
@@ -280,6 +282,7 @@ def diagnose_job(
         gpu=gpu,
         check_enabled=settings.check_enabled,
         ignore=settings.kernels.ignore,
+        measured=measured,
     )
 
 
@@ -427,15 +430,21 @@ def _first_candidate_failure(request: ProfileRequest, result: ProfileResult) -> 
 
 
 def assemble_result(
-    request: ProfileRequest, run: JobRun, *, result_id: str, created_at: str
+    request: ProfileRequest,
+    run: JobRun,
+    *,
+    result_id: str,
+    created_at: str,
+    measured: GpuCeilings | None = None,
 ) -> ProfileResult:
+    """``measured``: the job GPU's calibrated ceilings (host/ceilings.py), if it has them."""
     settings = run.settings
     got = collect_values(run, settings)
     values, failures, gpu = got.values, got.failures, got.gpu
     ctx = row_context(settings, request.configs, gpu)
     rows = aggregate_rows(values, ctx)
     # The physical floor on every backend, and the diagnosis (diagnose.py).
-    diagnosed = diagnose_job(run, settings, values, request.configs, gpu)
+    diagnosed = diagnose_job(run, settings, values, request.configs, gpu, measured)
     rows = apply_floor(rows, diagnosed.floors)
     rows = apply_suspects(rows, [*run.events.suspects, *got.suspects], ctx.evidence)
     rows = get_backend(settings.backend).annotate_rows(rows)

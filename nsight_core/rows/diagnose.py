@@ -23,6 +23,7 @@ import from here.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import statistics
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,7 @@ from nsight_core.collectors.ncu_diagnose import (
 from nsight_core.collectors.ranges import counted_records
 from nsight_core.diagnosis import BoundKind, Diagnosis, RuleFinding
 from nsight_core.errors import NsightCoreError
+from nsight_core.host.ceilings import GpuCeilings
 from nsight_core.protocol import FloorEvent, RunKey
 from nsight_core.rows.floor import (
     FLOOR_FRACTION,
@@ -51,6 +53,7 @@ from nsight_core.rows.floor import (
     floor_notes,
     floors_of,
     fmt_ns,
+    measured_peak,
     table_peak,
 )
 from nsight_core.rows.ncu_rules import read_rules
@@ -414,6 +417,7 @@ def diagnose_run(
     gpu: str | None,
     check_enabled: bool = True,
     ignore: Sequence[str] = (),
+    measured: GpuCeilings | None = None,
 ) -> JobDiagnosis:
     """Diagnoses of a finished job (with ``diagnose``) and the floors for its rows (always).
 
@@ -428,7 +432,24 @@ def diagnose_run(
             inputs = read_diagnose_inputs(report_path, ignore)
         except (NsightCoreError, ImportError) as exc:
             notes.append(f"diagnose could not read the report: {exc}")
-    peak = report_peak(inputs) or table_peak(gpu)
+    if measured is not None:  # what this GPU reached: the floor and % of peak read against it
+        measured_at = measured_peak(measured)
+        peak: Peak | None = measured_at
+        inputs = {
+            k: dataclasses.replace(
+                g,
+                runs={
+                    i: dataclasses.replace(r, dram_peak_bps=measured.stream_bytes_per_s)
+                    for i, r in g.runs.items()
+                },
+            )
+            for k, g in inputs.items()
+        }
+        notes.append(
+            f"peak DRAM bandwidth {measured.stream_bytes_per_s / 1e12:.3g} TB/s ({measured_at.source})"
+        )
+    else:
+        peak = report_peak(inputs) or table_peak(gpu)
     floors = floors_of(floor_events, peak)
     notes += floor_notes(floors, gpu, check_enabled)
     diagnoses = (

@@ -1,16 +1,18 @@
 """The physical floor: a time row below the time needed to write its outputs is suspicious.
 
 Checked on every backend, independently of ``diagnose``: the judge measures the bytes
-(`runtime.leaves.nbytes_of`, sent as a `FloorEvent`), the peak DRAM bandwidth comes from the ncu report
-where there is one, else from `PEAK_DRAM_TABLE` (datasheet numbers, source stated).
+(`runtime.leaves.nbytes_of`, sent as a `FloorEvent`); the peak DRAM bandwidth is the GPU's
+measured streaming bandwidth where it was calibrated (host/ceilings.py), else the ncu
+report's, else the datasheet's (`PEAK_DRAM_TABLE`); each floor names its source.
 """
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from nsight_core.host.ceilings import GpuCeilings, datasheet_bandwidth
 from nsight_core.protocol import EVENTS_METRIC, FloorEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Row, suspected
@@ -22,22 +24,9 @@ outputs small enough to stay in L2 can be written faster (L2 bandwidth is up to 
 DRAM's on Hopper), so half the floor is still out of reach for a kernel that writes its
 outputs; see docs/diagnose.md."""
 
-PEAK_DRAM_TABLE: tuple[tuple[str, float], ...] = (
-    (r"GH200", 4.9e12),
-    (r"H200", 4.8e12),
-    (r"H100 NVL", 3.9e12),
-    (r"H100 PCIe", 2.0e12),
-    (r"H100", 3.35e12),
-    (r"B200", 8.0e12),
-    (r"A100", 2.039e12),
-    (r"L40S", 0.864e12),
-    (r"\bL4\b", 0.3e12),
+PEAK_TABLE_SOURCE = (
+    "NVIDIA datasheet peak for {gpu} (PEAK_DRAM_TABLE in nsight_core/host/ceilings.py)"
 )
-"""Peak DRAM bandwidth (bytes/s) by GPU name, first match wins, from NVIDIA's datasheets.
-Used only without an ncu report. Where one name covers several memory configurations
-(GH200 96/144 GB, A100 40/80 GB) the highest is listed: a higher peak gives a lower floor,
-so the check stays conservative."""
-PEAK_TABLE_SOURCE = "NVIDIA datasheet peak for {gpu} (PEAK_DRAM_TABLE in nsight_core/rows/floor.py)"
 
 
 # -- peak bandwidth ----------------------------------------------------------------------
@@ -54,12 +43,20 @@ class Peak:
 def table_peak(gpu: str | None) -> Peak | None:
     """The datasheet peak for a GPU name ('NVIDIA H200', 'cuda:0 (NVIDIA H200)'); None if
     the name is unknown or the run was on a CPU."""
-    if not gpu or gpu.strip().lower() == "cpu":
-        return None
-    for pattern, peak in PEAK_DRAM_TABLE:
-        if re.search(pattern, gpu, re.IGNORECASE):
-            return Peak(peak, PEAK_TABLE_SOURCE.format(gpu=gpu))
-    return None
+    peak = datasheet_bandwidth(gpu)
+    return Peak(peak, PEAK_TABLE_SOURCE.format(gpu=gpu)) if peak is not None else None
+
+
+def measured_peak(measured: GpuCeilings) -> Peak:
+    """The streaming bandwidth the GPU reached when calibrated, its source and the datasheet
+    value beside it (host/ceilings.py)."""
+    sheet = measured.datasheet_bytes_per_s
+    beside = f"; datasheet {sheet / 1e12:.3g} TB/s" if sheet else "; no datasheet value known"
+    when = time.strftime("%Y-%m-%d", time.gmtime(measured.measured_at))
+    return Peak(
+        measured.stream_bytes_per_s,
+        f"measured on {measured.name} {measured.uuid} on {when}: {measured.stream_method}{beside}",
+    )
 
 
 # -- the floor ---------------------------------------------------------------------------
@@ -160,6 +157,7 @@ def floor_notes(floors: Mapping[int, Floor], gpu: str | None, check_enabled: boo
     if floors and all(f.peak is None for f in floors.values()):
         return [
             f"no physical floor checked: no peak DRAM bandwidth known for GPU {gpu!r} "
-            "(run with diagnose under ncu, or see PEAK_DRAM_TABLE)"
+            "(calibrate it with check_environment deep=true, run with diagnose under ncu, "
+            "or see PEAK_DRAM_TABLE)"
         ]
     return []
