@@ -28,6 +28,7 @@ in the message (docs/stages.md). The ranking is not redone.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -104,23 +105,14 @@ def run_job(
     `Admitted` request (the server's, checked before it was queued) is not checked again;
     a bare one is admitted here."""
     stages = (request.request if isinstance(request, Admitted) else request).stages
-    if stages is None:
-        return run_profile_job(
-            request,
-            job_dir,
-            result_id=result_id,
-            on_progress=on_progress,
-            cancel=cancel,
-            gpu=gpu,
-            standby=standby,
-            config=config,
-        )
-    return run_staged(
+    run: Callable[..., ProfileResult] = (
+        run_profile_job if stages is None else functools.partial(run_staged, on_stage=on_stage)
+    )
+    return run(
         request,
         job_dir,
         result_id=result_id,
         on_progress=on_progress,
-        on_stage=on_stage,
         cancel=cancel,
         gpu=gpu,
         standby=standby,

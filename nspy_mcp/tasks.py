@@ -90,30 +90,29 @@ class UpdateTaskRequestParams(TaskRequestParams):
     input_responses: dict[str, Any] = Field(default_factory=dict)
 
 
-class CreateTaskResult(Result):
+class _TaskState(Result):
+    """What every answer about a task carries: which task, where it stands, how to poll it."""
+
+    result_type: str
+    task_id: str
+    status: TaskStatus
+    status_message: str | None = None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class CreateTaskResult(_TaskState):
     """A task handle in place of a tool result (`resultType: "task"`)."""
 
     result_type: Literal["task"] = "task"
-    task_id: str
-    status: TaskStatus
-    status_message: str | None = None
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
 
 
-class GetTaskResult(Result):
+class GetTaskResult(_TaskState):
     """A task as tasks/get answers it; `result` once completed, `error` once failed."""
 
     result_type: str = "complete"
-    task_id: str
-    status: TaskStatus
-    status_message: str | None = None
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
 

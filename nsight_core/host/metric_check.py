@@ -229,30 +229,21 @@ def check_metric(idx: CatalogIndex, name: str) -> MetricCheck:
     if suffix in info.suffixes:
         return MetricCheck(name=name, status="valid", suffix_count=len(info.suffixes), **common)
     ordered = _ordered_suffixes(info.suffixes)
-    if not suffix:
-        full = [f"{info.name}.{s}" for s in ordered[:12]]
-        return MetricCheck(
-            name=name,
-            status="needs_suffix",
-            valid_names=full,
-            suffix_count=len(ordered),
-            **common,
-            message=f"{info.name} is a base name: add a roll-up and suffix, e.g. {full[0]}"
-            + (f" or {full[1]}" if len(full) > 1 else "")
-            + f" ({len(ordered)} valid suffixes)",
-        )
-    completions = [f"{info.name}.{s}" for s in ordered if s.startswith(suffix + ".")]
+    # A base name (`dram__throughput`) takes any of its suffixes; a roll-up without its
+    # suffix (`sm__throughput.avg`) those that complete it.
+    completions = [f"{info.name}.{s}" for s in ordered if not suffix or s.startswith(suffix + ".")]
     if completions:
-        # A roll-up without its suffix (`sm__throughput.avg`): name the completions.
+        either = " or ".join(completions[:2])
         return MetricCheck(
             name=name,
             status="needs_suffix",
             valid_names=completions[:12],
             suffix_count=len(ordered),
             **common,
-            message=f"{raw} needs a suffix; did you mean {completions[0]}"
-            + (f" or {completions[1]}" if len(completions) > 1 else "")
-            + "?",
+            message=f"{raw} needs a suffix; did you mean {either}?"
+            if suffix
+            else f"{info.name} is a base name: add a roll-up and suffix, e.g. {either} "
+            f"({len(ordered)} valid suffixes)",
         )
     sugg = _suggest(idx, raw)
     return MetricCheck(

@@ -372,15 +372,9 @@ class RegimeCheck:
                 by = ratio(mine[path], self.nominal.magnitudes.get(path))
                 tol = _tolerances(e, atol, rtol, by, self.grew)
                 diff = compare_outputs(e, a, atol=tol[0], rtol=tol[1])
-            if diff.max_abs_error is not None:
-                tally.max_abs = max(tally.max_abs, float(diff.max_abs_error))
-            if diff.max_rel_error is not None:
-                tally.max_rel = max(tally.max_rel, float(diff.max_rel_error))
-            tally.mismatches += int(diff.mismatch_count or 0)
-            if not diff.passed:
-                tally.fail(f"output mismatch: {path}{diff.reason.removeprefix('output')}")
-                if tally.first_bad_index is None and diff.first_bad_index is not None:
-                    tally.first_bad_index = list(diff.first_bad_index)
+            tally.add_errors(diff)
+            reason = f"output mismatch: {path}{diff.reason.removeprefix('output')}"
+            if not tally.add_mismatches(diff, reason):
                 return
         if bound is not None:
             required = bound.required * ratio(max(mine.values(), default=0.0), self.nominal.overall)

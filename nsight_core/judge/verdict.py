@@ -26,7 +26,7 @@ from typing import Any
 
 from nsight_core.runtime import formats
 from nsight_core.runtime.check import clone_args, compare_outputs
-from nsight_core.runtime.compare import array_kind
+from nsight_core.runtime.compare import OutputDiff, array_kind
 from nsight_core.runtime.exchange import type_name
 from nsight_core.runtime.leaves import array_leaves
 from nsight_core.runtime.messages import ArrayNode, DictNode, Node, OpaqueNode, SeqNode, ValueNode
@@ -51,6 +51,25 @@ class Tally:
         self.passed = False
         if reason not in self.reasons and len(self.reasons) < 8:
             self.reasons.append(reason)
+
+    def add_errors(self, diff: OutputDiff) -> None:
+        """Keep the largest errors over every call, a failing call's included: they say how
+        far off the candidate is, whatever the verdict."""
+        if diff.max_abs_error is not None:
+            self.max_abs = max(self.max_abs, float(diff.max_abs_error))
+        if diff.max_rel_error is not None:
+            self.max_rel = max(self.max_rel, float(diff.max_rel_error))
+
+    def add_mismatches(self, diff: OutputDiff, reason: str) -> bool:
+        """Whether ``diff`` passed; where not, the call fails for ``reason`` and the first
+        bad index seen is kept to point the candidate's author at it."""
+        self.mismatches += int(diff.mismatch_count or 0)
+        if diff.passed:
+            return True
+        self.fail(reason)
+        if self.first_bad_index is None and diff.first_bad_index is not None:
+            self.first_bad_index = list(diff.first_bad_index)
+        return False
 
 
 @dataclass(frozen=True)
@@ -205,19 +224,12 @@ def judge_output(
     tally.calls += 1
     atol, rtol = tolerances(expected, atol, rtol)
     diff = compare_outputs(expected, actual, atol=atol, rtol=rtol)
-    if diff.max_abs_error is not None:
-        tally.max_abs = max(tally.max_abs, float(diff.max_abs_error))
-    if diff.max_rel_error is not None:
-        tally.max_rel = max(tally.max_rel, float(diff.max_rel_error))
+    tally.add_errors(diff)
     task = formats.task_check()
     if task is not None:
         _judge_by_task(tally, task, actual, inputs)
         return
-    tally.mismatches += int(diff.mismatch_count or 0)
-    if not diff.passed:
-        tally.fail(f"output mismatch: {diff.reason}")
-        if tally.first_bad_index is None and diff.first_bad_index is not None:
-            tally.first_bad_index = list(diff.first_bad_index)
+    if not tally.add_mismatches(diff, f"output mismatch: {diff.reason}"):
         return
     err = diff.max_abs_error
     if bound is not None and err is not None and err > bound.required:

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -58,10 +58,19 @@ class JobEvents:
     bad_lines: int = 0
 
 
-def read_events(path: Path) -> JobEvents:  # noqa: C901 (one branch per event type)
+def read_events(path: Path) -> JobEvents:
     out = JobEvents()
     if not path.exists():
         return out
+    kept: dict[type[JobEvent], list[Any]] = {
+        CheckEvent: out.checks,
+        FailureEvent: out.failures,
+        RangeEvent: out.ranges,
+        SampleEvent: out.samples,
+        SuspectEvent: out.suspects,
+        FloorEvent: out.floors,
+        GpuStateEvent: out.gpu_states,
+    }
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
@@ -70,24 +79,12 @@ def read_events(path: Path) -> JobEvents:  # noqa: C901 (one branch per event ty
         except ValidationError:
             out.bad_lines += 1
             continue
-        if isinstance(ev, CheckEvent):
-            out.checks.append(ev)
-        elif isinstance(ev, FailureEvent):
-            out.failures.append(ev)
-        elif isinstance(ev, RangeEvent):
-            out.ranges.append(ev)
-        elif isinstance(ev, SampleEvent):
-            out.samples.append(ev)
-        elif isinstance(ev, SuspectEvent):
-            out.suspects.append(ev)
-        elif isinstance(ev, FloorEvent):
-            out.floors.append(ev)
-        elif isinstance(ev, GpuStateEvent):
-            out.gpu_states.append(ev)
-        elif isinstance(ev, EndEvent):
+        if isinstance(ev, EndEvent):
             out.end = ev
         elif isinstance(ev, DoneEvent):
             out.done = ev
+        elif type(ev) in kept:  # progress and phases are no part of the result
+            kept[type(ev)].append(ev)
     return out
 
 

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -67,6 +67,30 @@ _PLAIN = (bool, int, float, str, type(None))
 def type_name(x: object) -> str:
     t = type(x)
     return f"{t.__module__}.{t.__qualname__}"
+
+
+def _array_node(
+    x: Any,
+    fw: Literal["torch", "numpy", "cupy"],
+    slot: int | None,
+    nbytes: int,
+    *,
+    stride: list[int] | None = None,
+    requires_grad: bool = False,
+) -> ArrayNode:
+    """An array as the other side rebuilds it, described alike for the judge's inputs and
+    the contestant's outputs; only inputs carry strides and autograd to recreate."""
+    return ArrayNode(
+        framework=fw,
+        type_name=type_name(x),
+        dtype=str(x.dtype).removeprefix("torch."),
+        shape=list(x.shape),
+        stride=stride,
+        device=device_of(x, fw),
+        slot=slot,
+        nbytes=nbytes,
+        requires_grad=requires_grad,
+    )
 
 
 def _value_node(x: Any) -> ValueNode:
@@ -186,15 +210,12 @@ class Arena:
             where = "cuda" if device_of(x, fw) == "cuda" else "host"
             slot = self._slot_for(path, where, nbytes, new)
             copy_in(slot.buf, x, fw)
-            return ArrayNode(
-                framework=fw,
-                type_name=type_name(x),
-                dtype=str(x.dtype).removeprefix("torch."),
-                shape=list(x.shape),
+            return _array_node(
+                x,
+                fw,
+                slot.spec.slot,
+                nbytes,
                 stride=dense_stride(x, fw),
-                device=device_of(x, fw),
-                slot=slot.spec.slot,
-                nbytes=nbytes,
                 requires_grad=bool(getattr(x, "requires_grad", False)),
             )
         if isinstance(x, _PLAIN):
@@ -379,15 +400,7 @@ class SlotTable:
                 copy_in(self._bufs[slot], x, fw)
             else:
                 slot = None
-            return ArrayNode(
-                framework=fw,
-                type_name=type_name(x),
-                dtype=str(x.dtype).removeprefix("torch."),
-                shape=list(x.shape),
-                device=device_of(x, fw),
-                slot=slot,
-                nbytes=nbytes,
-            )
+            return _array_node(x, fw, slot, nbytes)
         if isinstance(x, _PLAIN):
             if isinstance(x, str) and len(x) > 10_000:
                 return OpaqueNode(type_name="str (longer than 10000 characters)")

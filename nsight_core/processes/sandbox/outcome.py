@@ -104,35 +104,25 @@ def _tail_block(stdout: StreamCapture, stderr: StreamCapture, n: int = 20) -> st
 
 
 def classify_end(
-    *,
-    exit_code: int | None,
-    signal_name: str | None,
-    timed_out: bool,
-    cancelled: bool,
-    wall_limit_s: float,
-    stdout: StreamCapture,
-    stderr: StreamCapture,
-    exit_classes: Mapping[int, ErrorClass | None],
-    out_of_memory: bool = False,
-    peak_rss_bytes: int = 0,
-    memory_limit_bytes: int = 0,
+    ended: SandboxOutcome, *, wall_limit_s: float, exit_classes: Mapping[int, ErrorClass | None]
 ) -> tuple[ErrorClass | None, str, str]:
-    """(class, message, hint) for how a process ended: the one such mapping in the project."""
-    tail = _tail_block(stdout, stderr)
+    """(class, message, hint) for how ``ended`` ended, whatever class it holds so far: the
+    one such mapping in the project."""
+    tail = _tail_block(ended.stdout, ended.stderr)
     with_tail = (lambda m: f"{m}\n{tail}") if tail else (lambda m: m)
-    if cancelled:
+    if ended.cancelled:
         return ErrorClass.CANCELLED, "cancelled; the process group was killed", ""
-    if out_of_memory:
+    if ended.out_of_memory:
         return (
             ErrorClass.OUT_OF_MEMORY,
             with_tail(
-                f"resident memory reached {fmt_bytes(peak_rss_bytes)} ({peak_rss_bytes} bytes, "
-                f"summed over the job's processes), past the {fmt_bytes(memory_limit_bytes)} "
+                f"resident memory reached {fmt_bytes(ended.peak_rss_bytes)} ({ended.peak_rss_bytes} bytes, "
+                f"summed over the job's processes), past the {fmt_bytes(ended.memory_limit_bytes)} "
                 "limit; the process group was killed"
             ),
             f"use smaller inputs or fewer configs, or raise {MEMORY_ENV} (e.g. 75%)",
         )
-    if timed_out:
+    if ended.timed_out:
         return (
             ErrorClass.TIMEOUT,
             with_tail(
@@ -140,21 +130,21 @@ def classify_end(
             ),
             "raise time_limit_s, or fix the hang the last output lines point to",
         )
-    if signal_name is not None:
+    if ended.signal_name is not None:
         return (
             ErrorClass.CRASHED,
-            with_tail(f"killed by {signal_name}"),
-            _SIGNAL_HINTS.get(signal_name, "the process died of a signal"),
+            with_tail(f"killed by {ended.signal_name}"),
+            _SIGNAL_HINTS.get(ended.signal_name, "the process died of a signal"),
         )
-    if exit_code is None or exit_code == 0:
+    if ended.exit_code is None or ended.exit_code == 0:
         return None, "", ""
-    if exit_code in exit_classes:
-        mapped = exit_classes[exit_code]
+    if ended.exit_code in exit_classes:
+        mapped = exit_classes[ended.exit_code]
         if mapped is None:
             return None, "", ""
-        return mapped, with_tail(f"exited with code {exit_code} ({mapped.value})"), ""
+        return mapped, with_tail(f"exited with code {ended.exit_code} ({mapped.value})"), ""
     hint = "the process exited without reporting; read the stderr tail"
-    if 128 < exit_code < 128 + 65:
+    if 128 < ended.exit_code < 128 + 65:
         # A shell or launcher reports a child's death by signal N as 128 + N.
-        hint = f"code {exit_code} is what launchers report for {name_of_signal(exit_code - 128)}"
-    return ErrorClass.CRASHED, with_tail(f"exited with unexpected code {exit_code}"), hint
+        hint = f"code {ended.exit_code} is what launchers report for {name_of_signal(ended.exit_code - 128)}"
+    return ErrorClass.CRASHED, with_tail(f"exited with unexpected code {ended.exit_code}"), hint

@@ -224,32 +224,16 @@ def run_sandboxed(
         files["stdout"] = save_stream(captures["stdout"], output_dir / STDOUT_FILE)
         files["stderr"] = save_stream(captures["stderr"], output_dir / STDERR_FILE)
     code = proc.returncode
-    signame = name_of_signal(-code) if code < 0 else None
-    error_class, message, hint = classify_end(
-        exit_code=None if code < 0 else code,
-        signal_name=signame,
-        timed_out=end.timed_out,
-        cancelled=end.cancelled,
-        wall_limit_s=deadline.limit_s if deadline is not None else limits.wall_s,
-        stdout=captures["stdout"],
-        stderr=captures["stderr"],
-        exit_classes=table,
-        out_of_memory=end.out_of_memory,
-        peak_rss_bytes=end.peak_rss,
-        memory_limit_bytes=end.memory_limit,
-    )
-    return SandboxOutcome(
+    ended = SandboxOutcome(
         argv=argv,
         exit_code=None if code < 0 else code,
-        signal_name=signame,
+        signal_name=name_of_signal(-code) if code < 0 else None,
         timed_out=end.timed_out,
         cancelled=end.cancelled,
         wall_s=wall,
         stdout=captures["stdout"],
         stderr=captures["stderr"],
-        error_class=error_class,
-        message=message,
-        hint=hint,
+        error_class=None,
         tmp_dir=tmp,
         output_files=files,
         out_of_memory=end.out_of_memory,
@@ -257,6 +241,12 @@ def run_sandboxed(
         memory_limit_bytes=end.memory_limit,
         strays_killed=end.strays_killed,
     )
+    error_class, message, hint = classify_end(
+        ended,
+        wall_limit_s=deadline.limit_s if deadline is not None else limits.wall_s,
+        exit_classes=table,
+    )
+    return dataclasses.replace(ended, error_class=error_class, message=message, hint=hint)
 
 
 COMMAND_OUTPUT_BYTES = 256 * 1024**2
