@@ -101,6 +101,18 @@ class HostFacts:
     """ncu's discovery: why none is used, in the words the pipeline refuses a job with."""
 
 
+@dataclass(frozen=True)
+class Timing:
+    """What the contestant's timer reported of one call it timed (`Backend.call_samples`),
+    in one value so that a backend's `Backend.timed_samples` names only what it reads."""
+
+    key: RunKey
+    ns: float
+    kernels: Sequence[KernelTiming]
+    latency_ns: float | None
+    """Host-inclusive latency, where the call's time leaves the host out and it was asked."""
+
+
 NO_GPU = "no NVIDIA GPU visible"
 
 
@@ -184,8 +196,15 @@ class Backend(ABC):
     ) -> list[SampleEvent]:
         """The judge's samples of one timed call from what the contestant's timer reported
         (its time, kernels and, where its time leaves the host out, its host-inclusive
-        latency): its in-process time as the backend's metric; none where a profiler measures."""
-        return [] if ns is None else [SampleEvent.of(key, self.default_metric, ns)]
+        latency); none where a profiler measures (no time), whatever the backend."""
+        if ns is None:
+            return []
+        return self.timed_samples(Timing(key, ns, kernels, latency_ns), settings)
+
+    def timed_samples(self, call: Timing, settings: JobSettings) -> list[SampleEvent]:
+        """The samples of a call the contestant timed itself, each backend reading the parts
+        of the report it measures: here its in-process time as the backend's metric."""
+        return [SampleEvent.of(call.key, self.default_metric, call.ns)]
 
     def late_work(
         self,

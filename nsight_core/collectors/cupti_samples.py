@@ -22,13 +22,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from nsight_core.collectors.base import NO_GPU, Backend, HostFacts, Records, Wrapped
+from nsight_core.collectors.base import (
+    NO_GPU,
+    Backend,
+    HostFacts,
+    Records,
+    Timing,
+    Wrapped,
+)
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.kernel_sets import COPY_METRIC
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
-from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import LaunchSpec, RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
 
@@ -265,19 +272,9 @@ class CuptiBackend(Backend):
     def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
         return flag_host_bound(rows)  # latency far above kernel time
 
-    def call_samples(
-        self,
-        key: RunKey,
-        ns: float | None,
-        kernels: Sequence[KernelTiming],
-        settings: JobSettings,
-        *,
-        latency_ns: float | None = None,
-    ) -> list[SampleEvent]:
+    def timed_samples(self, call: Timing, settings: JobSettings) -> list[SampleEvent]:
         # Its time is already host-inclusive (cupti__call_latency): latency_ns is never set.
-        if ns is None:
-            return []
-        return call_samples(key, ns, kernels, settings.kernels.ignore)
+        return call_samples(call.key, call.ns, call.kernels, settings.kernels.ignore)
 
     def wrap(
         self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig

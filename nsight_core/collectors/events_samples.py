@@ -12,12 +12,12 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsight_core.collectors.base import Backend, HostFacts, Records, Wrapped
+from nsight_core.collectors.base import Backend, HostFacts, Records, Timing, Wrapped
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
-from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import EVENTS_METRIC, LaunchSpec, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Failure
 from nsight_core.settings import JobSettings
@@ -89,20 +89,10 @@ class EventsBackend(Backend):
         asked = _asked(settings)
         return [m for m in EVENTS_METRICS if m in asked] if asked else [EVENTS_METRIC]
 
-    def call_samples(
-        self,
-        key: RunKey,
-        ns: float | None,
-        kernels: Sequence[KernelTiming],
-        settings: JobSettings,
-        *,
-        latency_ns: float | None = None,
-    ) -> list[SampleEvent]:
-        if ns is None:
-            return []
-        values = {EVENTS_METRIC: ns, EVENTS_LATENCY: latency_ns}
+    def timed_samples(self, call: Timing, settings: JobSettings) -> list[SampleEvent]:
+        values = {EVENTS_METRIC: call.ns, EVENTS_LATENCY: call.latency_ns}
         return [
-            SampleEvent.of(key, m, v)
+            SampleEvent.of(call.key, m, v)
             for m in self.measures(settings)
             if (v := values[m]) is not None
         ]
