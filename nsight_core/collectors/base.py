@@ -162,11 +162,12 @@ class Backend(ABC):
         """The metric names rows of this job will carry."""
         return list(settings.metrics) if self.any_metric else [self.default_metric]
 
-    @abstractmethod
     def wrap(
         self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
     ) -> Wrapped:
-        """The command that runs ``argv`` measured by this backend (files go to out_dir)."""
+        """The command that runs ``argv`` measured by this backend (files go to out_dir): here
+        ``argv`` itself, as a backend that measures inside the contestant runs it."""
+        return Wrapped(list(argv))
 
     def tool_version(self, command: Sequence[str]) -> str | None:
         """The wrapping tool's version for provenance (ncu's), of the tool that ``command``

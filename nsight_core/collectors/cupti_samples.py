@@ -19,7 +19,6 @@ import fnmatch
 import importlib.util
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal, Protocol
 
 from nsight_core.collectors.base import (
@@ -35,7 +34,7 @@ from nsight_core.collectors.kernel_sets import COPY_METRIC
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
-from nsight_core.protocol import LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
 
@@ -275,11 +274,6 @@ class CuptiBackend(Backend):
     def timed_samples(self, call: Timing, settings: JobSettings) -> list[SampleEvent]:
         # Its time is already host-inclusive (cupti__call_latency): latency_ns is never set.
         return call_samples(call.key, call.ns, call.kernels, settings.kernels.ignore)
-
-    def wrap(
-        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
-    ) -> Wrapped:
-        return Wrapped(list(argv))
 
     def read_records(
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings

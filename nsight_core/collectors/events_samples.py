@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 
 from nsight_core.collectors.base import Backend, HostFacts, Records, Timing, Wrapped
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
-from nsight_core.protocol import EVENTS_METRIC, LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import EVENTS_METRIC, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Failure
 from nsight_core.settings import JobSettings
@@ -96,11 +95,6 @@ class EventsBackend(Backend):
             for m in self.measures(settings)
             if (v := values[m]) is not None
         ]
-
-    def wrap(
-        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
-    ) -> Wrapped:
-        return Wrapped(list(argv))
 
     def read_records(
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
