@@ -86,6 +86,19 @@ class Records:
     ranges nobody issued); applied as the judge's findings are."""
 
 
+def refused_run(key: RunKey, twice: str) -> Failure:
+    """The failure of a run of which ``twice`` (its samples, or those of some metrics)
+    arrived twice: no backend can tell which is the run's own, so the run is refused whole
+    rather than averaged."""
+    return Failure(
+        Annotation=key.annotation,
+        ConfigId=key.config_id,
+        Run=key.run,
+        ErrorClass=ErrorClass.PROFILER_ERROR,
+        Error=f"two {twice} arrived for run {key.run}; the run is refused",
+    )
+
+
 @dataclass(frozen=True)
 class HostFacts:
     """What the environment probe found (host/probe.py), from which each backend says

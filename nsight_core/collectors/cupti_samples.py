@@ -28,6 +28,7 @@ from nsight_core.collectors.base import (
     Records,
     Timing,
     Wrapped,
+    refused_run,
 )
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.kernel_sets import COPY_METRIC
@@ -143,16 +144,7 @@ def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[
         metrics = [s.metric for s in per_call]
         twice = sorted({m for m in metrics if metrics.count(m) > 1})
         if twice:
-            failures.append(
-                Failure(
-                    Annotation=key.annotation,
-                    ConfigId=key.config_id,
-                    Run=key.run,
-                    ErrorClass=ErrorClass.PROFILER_ERROR,
-                    Error=f"two {', '.join(twice)} samples arrived for run {key.run}; "
-                    "the run is refused",
-                )
-            )
+            failures.append(refused_run(key, f"{', '.join(twice)} samples"))
             continue
         for seq, s in [*launches, *copies]:
             name = s.kernel or ""

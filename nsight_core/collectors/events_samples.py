@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from nsight_core.collectors.base import Backend, HostFacts, Records, Timing, Wrapped
+from nsight_core.collectors.base import Backend, HostFacts, Records, Timing, Wrapped, refused_run
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
@@ -42,15 +42,7 @@ def records_from_samples(samples: Sequence[SampleEvent]) -> Records:
     for seq, s in enumerate(samples):
         key = RunKey(s.annotation, s.config_id, s.run)
         if (key, s.metric) in seen:
-            failures.append(
-                Failure(
-                    Annotation=s.annotation,
-                    ConfigId=s.config_id,
-                    Run=s.run,
-                    ErrorClass=ErrorClass.PROFILER_ERROR,
-                    Error=f"two samples arrived for run {s.run}; the run is refused",
-                )
-            )
+            failures.append(refused_run(key, "samples"))
             records = [r for r in records if (r.key, r.metric) != (key, s.metric)]
             continue
         seen.add((key, s.metric))
