@@ -86,6 +86,19 @@ class Records:
     ranges nobody issued); applied as the judge's findings are."""
 
 
+def refused_run(key: RunKey, twice: str) -> Failure:
+    """The failure of a run of which ``twice`` (its samples, or those of some metrics)
+    arrived twice: no backend can tell which is the run's own, so the run is refused whole
+    rather than averaged."""
+    return Failure(
+        Annotation=key.annotation,
+        ConfigId=key.config_id,
+        Run=key.run,
+        ErrorClass=ErrorClass.PROFILER_ERROR,
+        Error=f"two {twice} arrived for run {key.run}; the run is refused",
+    )
+
+
 @dataclass(frozen=True)
 class HostFacts:
     """What the environment probe found (host/probe.py), from which each backend says
@@ -99,6 +112,18 @@ class HostFacts:
     frameworks: list[FrameworkStatus]
     found: NcuDiscovery | None = None
     """ncu's discovery: why none is used, in the words the pipeline refuses a job with."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the contestant's timer reported of one call it timed (`Backend.call_samples`),
+    in one value so that a backend's `Backend.timed_samples` names only what it reads."""
+
+    key: RunKey
+    ns: float
+    kernels: Sequence[KernelTiming]
+    latency_ns: float | None
+    """Host-inclusive latency, where the call's time leaves the host out and it was asked."""
 
 
 NO_GPU = "no NVIDIA GPU visible"
@@ -150,11 +175,12 @@ class Backend(ABC):
         """The metric names rows of this job will carry."""
         return list(settings.metrics) if self.any_metric else [self.default_metric]
 
-    @abstractmethod
     def wrap(
         self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
     ) -> Wrapped:
-        """The command that runs ``argv`` measured by this backend (files go to out_dir)."""
+        """The command that runs ``argv`` measured by this backend (files go to out_dir): here
+        ``argv`` itself, as a backend that measures inside the contestant runs it."""
+        return Wrapped(list(argv))
 
     def tool_version(self, command: Sequence[str]) -> str | None:
         """The wrapping tool's version for provenance (ncu's), of the tool that ``command``
@@ -184,8 +210,15 @@ class Backend(ABC):
     ) -> list[SampleEvent]:
         """The judge's samples of one timed call from what the contestant's timer reported
         (its time, kernels and, where its time leaves the host out, its host-inclusive
-        latency): its in-process time as the backend's metric; none where a profiler measures."""
-        return [] if ns is None else [SampleEvent.of(key, self.default_metric, ns)]
+        latency); none where a profiler measures (no time), whatever the backend."""
+        if ns is None:
+            return []
+        return self.timed_samples(Timing(key, ns, kernels, latency_ns), settings)
+
+    def timed_samples(self, call: Timing, settings: JobSettings) -> list[SampleEvent]:
+        """The samples of a call the contestant timed itself, each backend reading the parts
+        of the report it measures: here its in-process time as the backend's metric."""
+        return [SampleEvent.of(call.key, self.default_metric, call.ns)]
 
     def late_work(
         self,

@@ -19,16 +19,23 @@ import fnmatch
 import importlib.util
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal, Protocol
 
-from nsight_core.collectors.base import NO_GPU, Backend, HostFacts, Records, Wrapped
+from nsight_core.collectors.base import (
+    NO_GPU,
+    Backend,
+    HostFacts,
+    Records,
+    Timing,
+    Wrapped,
+    refused_run,
+)
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.collectors.kernel_sets import COPY_METRIC
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
-from nsight_core.protocol import KernelTiming, LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import RunKey, SampleEvent
 from nsight_core.results import Failure, Row
 from nsight_core.settings import JobSettings
 
@@ -137,16 +144,7 @@ def records_from_cupti_samples(samples: Sequence[SampleEvent], ignore: Sequence[
         metrics = [s.metric for s in per_call]
         twice = sorted({m for m in metrics if metrics.count(m) > 1})
         if twice:
-            failures.append(
-                Failure(
-                    Annotation=key.annotation,
-                    ConfigId=key.config_id,
-                    Run=key.run,
-                    ErrorClass=ErrorClass.PROFILER_ERROR,
-                    Error=f"two {', '.join(twice)} samples arrived for run {key.run}; "
-                    "the run is refused",
-                )
-            )
+            failures.append(refused_run(key, f"{', '.join(twice)} samples"))
             continue
         for seq, s in [*launches, *copies]:
             name = s.kernel or ""
@@ -265,24 +263,9 @@ class CuptiBackend(Backend):
     def annotate_rows(self, rows: Sequence[Row]) -> list[Row]:
         return flag_host_bound(rows)  # latency far above kernel time
 
-    def call_samples(
-        self,
-        key: RunKey,
-        ns: float | None,
-        kernels: Sequence[KernelTiming],
-        settings: JobSettings,
-        *,
-        latency_ns: float | None = None,
-    ) -> list[SampleEvent]:
+    def timed_samples(self, call: Timing, settings: JobSettings) -> list[SampleEvent]:
         # Its time is already host-inclusive (cupti__call_latency): latency_ns is never set.
-        if ns is None:
-            return []
-        return call_samples(key, ns, kernels, settings.kernels.ignore)
-
-    def wrap(
-        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
-    ) -> Wrapped:
-        return Wrapped(list(argv))
+        return call_samples(call.key, call.ns, call.kernels, settings.kernels.ignore)
 
     def read_records(
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings

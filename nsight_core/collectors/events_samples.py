@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 
-from nsight_core.collectors.base import Backend, HostFacts, Records, Wrapped
+from nsight_core.collectors.base import Backend, HostFacts, Records, Timing, Wrapped, refused_run
 from nsight_core.collectors.extract import KernelRecord
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
-from nsight_core.protocol import EVENTS_METRIC, KernelTiming, LaunchSpec, RunKey, SampleEvent
+from nsight_core.protocol import EVENTS_METRIC, RunKey, SampleEvent
 from nsight_core.request import DEFAULT_METRIC
 from nsight_core.results import Failure
 from nsight_core.settings import JobSettings
@@ -43,15 +42,7 @@ def records_from_samples(samples: Sequence[SampleEvent]) -> Records:
     for seq, s in enumerate(samples):
         key = RunKey(s.annotation, s.config_id, s.run)
         if (key, s.metric) in seen:
-            failures.append(
-                Failure(
-                    Annotation=s.annotation,
-                    ConfigId=s.config_id,
-                    Run=s.run,
-                    ErrorClass=ErrorClass.PROFILER_ERROR,
-                    Error=f"two samples arrived for run {s.run}; the run is refused",
-                )
-            )
+            failures.append(refused_run(key, "samples"))
             records = [r for r in records if (r.key, r.metric) != (key, s.metric)]
             continue
         seen.add((key, s.metric))
@@ -89,28 +80,13 @@ class EventsBackend(Backend):
         asked = _asked(settings)
         return [m for m in EVENTS_METRICS if m in asked] if asked else [EVENTS_METRIC]
 
-    def call_samples(
-        self,
-        key: RunKey,
-        ns: float | None,
-        kernels: Sequence[KernelTiming],
-        settings: JobSettings,
-        *,
-        latency_ns: float | None = None,
-    ) -> list[SampleEvent]:
-        if ns is None:
-            return []
-        values = {EVENTS_METRIC: ns, EVENTS_LATENCY: latency_ns}
+    def timed_samples(self, call: Timing, settings: JobSettings) -> list[SampleEvent]:
+        values = {EVENTS_METRIC: call.ns, EVENTS_LATENCY: call.latency_ns}
         return [
-            SampleEvent.of(key, m, v)
+            SampleEvent.of(call.key, m, v)
             for m in self.measures(settings)
             if (v := values[m]) is not None
         ]
-
-    def wrap(
-        self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
-    ) -> Wrapped:
-        return Wrapped(list(argv))
 
     def read_records(
         self, wrapped: Wrapped, samples: Sequence[SampleEvent], settings: JobSettings
