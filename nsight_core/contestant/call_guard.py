@@ -232,6 +232,8 @@ class Guarded:
         `release`."""
         self._settled: object = _NONE_YET
         """The output `settle` handed out last."""
+        self._real_armed = False
+        """The call left the wall-clock timer armed (`_seal` found it; `settle` names it)."""
         self._gc_was = guard.gc_isenabled()
         guard.gc_disable()
         self._hooks("between calls")
@@ -252,7 +254,7 @@ class Guarded:
     def _seal(self) -> None:
         """Inside the window: nothing of the call's may run once the timer reads its end."""
         self._g.gc_disable()  # the call may have turned it back on
-        self._g.signals.disarm_real()
+        self._real_armed = self._g.signals.disarm_real() or self._real_armed
         self._hooks("the call")
 
     def _hooks(self, when: str) -> None:
@@ -303,8 +305,9 @@ class Guarded:
         the timer's end read, before anything else touches the output."""
         if out is self._settled:
             return out
-        for what in self._g.signals.take_back(self._keep):
+        for what in self._g.signals.take_back(self._keep, self._real_armed):
             self._left("the call", what)
+        self._real_armed = False
         self._modes("the call")
         t = self._g.torch
         if t is not None and t.key_included(t.python_dispatcher_key):  # the candidate's switch

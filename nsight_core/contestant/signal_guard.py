@@ -52,8 +52,6 @@ class SignalGuard:
             (getattr(signal, name), how) for name, how in _CPU_TIMERS if hasattr(signal, name)
         )
         self._handlers: tuple[tuple[int, Any], ...] = ()
-        self.real_was_armed = False
-        """`disarm_real` found the wall-clock timer armed (reported by `take_back`)."""
         self.bind()
 
     def bind(self) -> None:
@@ -69,20 +67,16 @@ class SignalGuard:
                 continue
         self._handlers = tuple(kept)
 
-    def disarm_real(self) -> None:
-        """Inside the window, at the call's tail: the wall-clock timer off (one call, which
-        also says whether it was armed)."""
-        if self._setitimer(self._real, 0.0) != (0.0, 0.0):
-            self.real_was_armed = True
+    def disarm_real(self) -> bool:
+        """Inside the window, at the call's tail: the wall-clock timer off; whether it was
+        armed (one system call answers both)."""
+        return self._setitimer(self._real, 0.0) != (0.0, 0.0)
 
-    def take_back(self, keep: list[object]) -> list[str]:
+    def take_back(self, keep: list[object], real_was_armed: bool) -> list[str]:
         """Disarm the CPU-time timers and restore the handlers the call left; what was found
-        (the wall-clock timer's too), in words. ``keep`` holds the candidate's handlers
-        until the call is released."""
-        found = []
-        if self.real_was_armed:
-            self.real_was_armed = False
-            found.append(_REAL)
+        (``real_was_armed``: `disarm_real`'s answer for this call, too), in words. ``keep``
+        holds the candidate's handlers until the call is released."""
+        found = [_REAL] if real_was_armed else []
         for which, how in self._timers:
             if self._getitimer(which) != (0.0, 0.0):
                 self._setitimer(which, 0.0)

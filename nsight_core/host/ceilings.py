@@ -4,7 +4,7 @@ A datasheet's DRAM bandwidth is a bound no kernel reaches; the floor check and %
 read against it say less than they seem. So `calibrate` measures the GPU itself, in a child
 process (`calibrate_gpu.py`: a device-to-device copy for streaming bandwidth, a bf16 matrix
 product for dense math), once per GPU and driver: the answer is kept in the cache
-directory by UUID and read back by every later job (`for_gpu`). `check_environment` with
+directory by UUID and read back by every later job (`for_job`). `check_environment` with
 ``deep=true`` calibrates the GPUs that have none yet and shows every number with its method
 and the datasheet value.
 """
@@ -83,9 +83,12 @@ def shown(gpu: GpuInfo, kept: GpuCeilings | None) -> GpuInfo:
     )
 
 
+def _folder(config: EngineConfig) -> Path:
+    return config.cache_root() / "ceilings"
+
+
 def _path(uuid: str, config: EngineConfig) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", uuid)
-    return config.cache_root() / "ceilings" / f"{safe}.json"
+    return _folder(config) / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', uuid)}.json"
 
 
 def cached(uuid: str, config: EngineConfig) -> GpuCeilings | None:
@@ -135,8 +138,7 @@ def for_job(visible: str | None, config: EngineConfig) -> GpuCeilings | None:
     """The calibrated ceilings of the GPU a job ran on: ``visible`` is the entry the
     scheduler gave it (a UUID or an index; None: the first the server sees); None where
     that GPU was never calibrated here."""
-    folder = _path("x", config).parent
-    if not folder.is_dir():  # nothing calibrated on this host: no GPU listing
+    if not _folder(config).is_dir():  # nothing calibrated on this host: no GPU listing
         return None
     entry = visible or (config.visible_devices or "0").split(",")[0].strip()
     if entry.startswith(("GPU-", "MIG-")):

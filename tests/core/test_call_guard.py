@@ -363,3 +363,18 @@ def test_a_watchdog_disarmed_before_the_call_returns_is_no_finding(guard: CallGu
     g.settle(g.wrap(candidate)())
     g.release()
     assert g.findings == []
+
+
+def test_a_timer_left_by_a_call_that_raised_is_not_blamed_on_the_next(guard: CallGuard) -> None:
+    def raising() -> torch.Tensor:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        raise RuntimeError("the candidate failed")
+
+    g = guard.open()
+    with pytest.raises(RuntimeError):
+        g.wrap(raising)()  # the harness reports the failure; it never settles this call
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # disarmed at the tail
+    nxt = guard.open()
+    nxt.settle(nxt.wrap(lambda: torch.zeros(4))())
+    nxt.release()
+    assert nxt.findings == []
