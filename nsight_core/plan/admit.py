@@ -2,7 +2,8 @@
 
 The server fills a request's left-out settings (`request_defaults`) and runs the preflight
 before it queues the job; the job then runs from this record and neither step runs again
-(`stages.admit` makes it; `stages.run_job` and `pipeline.run_profile_job` take it). A bare
+(`staging.requests.preflight_request` makes it; `stages.run_job`, `stages.run_staged` and
+`pipeline.run_profile_job` take it). A bare
 `ProfileRequest` handed to the engine by a library caller, or to a cluster worker on
 another host, is admitted there, at that entry.
 """
