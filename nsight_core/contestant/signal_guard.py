@@ -48,6 +48,7 @@ class SignalGuard:
         self._getitimer: Callable[[int], tuple[float, float]] = signal.getitimer
         self._setitimer: Callable[[int, float], tuple[float, float]] = signal.setitimer
         self._real: int = signal.ITIMER_REAL
+        self._default: int = int(signal.SIG_DFL)
         self._timers = tuple(
             (getattr(signal, name), how) for name, how in _CPU_TIMERS if hasattr(signal, name)
         )
@@ -86,7 +87,7 @@ class SignalGuard:
             if now is handler:  # identity: a candidate's handler may define __eq__
                 continue
             try:  # a handler set outside Python (None) comes back as the default
-                self._signal(sig, int(signal.SIG_DFL) if handler is None else handler)
+                self._signal(sig, self._default if handler is None else handler)
             except ValueError:  # only the main thread may set handlers
                 found.append(f"a handler for signal {sig} that the harness could not restore")
                 continue
