@@ -72,7 +72,9 @@ def test_the_catalogue_on_the_gpu(backend: str, tmp_path_factory: pytest.TempPat
         if verdict != expect:
             problems.append(f"{h.name}: verdict {verdict}, expected {expect} ({res.message})")
         elif verdict == "pass" and not set(trust.split(",")) <= _expected_trust(h, backend):
-            problems.append(f"{h.name}: trust {trust}, expected {_expected_trust(h, backend)}")
+            problems.append(
+                f"{h.name}: trust {trust}, expected {_expected_trust(h, backend)} ({reasons})"
+            )
         own = h.fields.get("Expect reference kernels")
         if own is not None:
             ref = [r for r in res.rows if r.Annotation == REFERENCE]
