@@ -11,6 +11,7 @@
 #    `nspy-mcp env`.
 # 3. Runs `pytest -m gpu` (GPU tests and GPU examples) and the softmax benchmark, each under
 #    a time limit (GNU timeout, which signals the whole process group).
+# With NSPY_GPU_SETUP_ONLY=1, only step 1 (tools/gpu_verify.sh sources it that way).
 # Exits non-zero when installing, the tests or an example fail.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +68,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # there), and the benchmark would time that instead of the product.
 limit 120 "$PY" -m compileall -q -j 0 nsight_core nspy_mcp tools examples tests >/dev/null \
     || echo "compileall failed: job processes will compile from source"
+
+if [ -n "${NSPY_GPU_SETUP_ONLY:-}" ]; then  # sourced by tools/gpu_verify.sh: PY and PYTHONPATH set
+    return 0 2>/dev/null || exit 0
+fi
 
 echo "== environment"
 limit 30 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,temperature.gpu \

@@ -10,11 +10,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client
 
 from nsight_core.host.ceilings import cached, for_job
 from nsight_core.host.probe import probe_environment
 from nsight_core.plan.config import EngineConfig
+from nspy_mcp.server import build_server
+from tests.mcp.test_server import structured
 
 pytestmark = pytest.mark.gpu
 
@@ -44,3 +48,26 @@ def test_every_gpu_is_calibrated_once_with_plausible_ceilings(tmp_path: Path) ->
     assert again.gpus[0].stream_bytes_per_s == first.stream_bytes_per_s
     assert for_job(first.uuid, config) == kept
     assert for_job(str(first.index), config) == kept
+
+
+@pytest.mark.anyio
+async def test_check_environment_deep_shows_the_ceilings_through_the_mcp_client(
+    tmp_path: Path,
+) -> None:
+    """What an agent gets: `check_environment(deep=true)` calibrates a GPU that has no
+    calibration and shows each number beside the datasheet's, through the real client."""
+    config = dataclasses.replace(EngineConfig.from_env(), cache_dir=tmp_path / "cache")
+    async with Client(build_server(tmp_path / "store", config=config)) as client:
+        with anyio.fail_after(600):  # the calibration, then each backend's canary job
+            env = structured(
+                await client.call_tool("check_environment", {"deep": True, "refresh": True})
+            )
+    assert env["gpus"], env["remediation"]
+    for g in env["gpus"]:
+        print(
+            f"\ncheck_environment(deep): {g['name']}: streaming {g['stream_bytes_per_s']}"
+            f" B/s, datasheet {g['datasheet_bytes_per_s']} B/s,"
+            f" dense bf16 {g['dense_bf16_flops']} FLOP/s"
+        )
+        assert g["stream_bytes_per_s"] and g["dense_bf16_flops"], env["remediation"]
+    assert cached(env["gpus"][0]["uuid"], config) is not None
