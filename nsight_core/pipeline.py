@@ -33,14 +33,12 @@ from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import JobPlan, job_env, plan_job
 from nsight_core.plan.request_defaults import resolve_defaults
 from nsight_core.processes.in_flight import killed_in_flight
-from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import (
     SandboxLimits,
     SandboxOutcome,
     default_memory_limit,
     run_sandboxed,
 )
-from nsight_core.processes.standby import StandbyPool
 from nsight_core.protocol import (
     EVENTS_FILE,
     JOB_ARTIFACTS,
@@ -61,6 +59,8 @@ from nsight_core.rows.assemble import assemble_result, refused, with_waits
 from nsight_core.rows.run_values import refuse_summed_rates
 from nsight_core.rows.runs import EventTail, JobRun, ProgressCallback, read_events
 from nsight_core.settings import JobSettings
+from nsight_core.standby.policy import StandbyKey
+from nsight_core.standby.pool import StandbyPool
 
 
 def preflight(request: ProfileRequest, config: EngineConfig) -> None:

@@ -40,7 +40,6 @@ from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.request_defaults import resolve_defaults
-from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, StageReport, iso, utc_now
 from nsight_core.rows.assemble import refused
@@ -65,6 +64,7 @@ from nsight_core.staging.requests import (
     profile_request,
     screen_request,
 )
+from nsight_core.standby.pool import StandbyPool
 
 __all__ = [
     "H200_COSTS",

@@ -28,14 +28,14 @@ import anyio.to_thread
 from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import job_env
-from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import default_memory_limit
-from nsight_core.processes.standby import StandbyPool
-from nsight_core.processes.standby_memory import MEMORY_FILE, StandbyMemory
 from nsight_core.protocol import ProgressEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.stages import StageUpdate, preflight_request, run_job
+from nsight_core.standby.memory import MEMORY_FILE, StandbyMemory
+from nsight_core.standby.policy import StandbyKey
+from nsight_core.standby.pool import StandbyPool
 from nspy_mcp.devices import DeviceLocks, GpuSlot, _account, resolve_device, with_gpu
 from nspy_mcp.progress import ProgressTracker
 
@@ -199,7 +199,7 @@ class LocalExecutor:
         self._prestart_done.set()
 
     def standby(self, slot: GpuSlot) -> StandbyPool | None:
-        """The slot's pool of pre-started judges (nsight_core/processes/standby.py); None when they are
+        """The slot's pool of pre-started judges (nsight_core/standby/pool.py); None when they are
         turned off (`EngineConfig.standby`) or the server is shutting down."""
         if not self.config.standby:
             return None

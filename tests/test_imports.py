@@ -167,6 +167,11 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
         "what both job processes run on depends on neither of them",
     ),
     (
+        "nsight_core.processes",
+        ("nsight_core.standby", "nsight_core.judge", "nsight_core.contestant"),
+        "what the server and the judge both run to start processes depends on neither side",
+    ),
+    (
         "nsight_core",
         ("nspy_mcp",),
         "the engine never imports the server",
@@ -199,8 +204,7 @@ SERVER_ONLY = (
     "nsight_core.staging",
     "nsight_core.store",
     "nsight_core.rows",
-    "nsight_core.processes.standby",
-    "nsight_core.processes.pool_policy",
+    "nsight_core.standby",
 )
 """What only the server runs: queueing, staging, the store, building rows and diagnoses.
 (A backend's module holds its server side too, the preflight and the host probe it asks,

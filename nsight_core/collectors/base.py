@@ -144,7 +144,7 @@ class Backend(ABC):
     holds_profiler: ClassVar[bool] = False
     """Whether a contestant this backend wraps holds its GPU's profiler for as long as it
     lives (ncu): no two such processes may live on one GPU, so the standby pool keeps at
-    most one (processes/standby.py) and a job that needs it gets it alone."""
+    most one (standby/pool.py) and a job that needs it gets it alone."""
     masks_inputs: ClassVar[bool] = False
     """Whether the judge masks a call's inputs in their slots until the call starts: a
     thread of the contestant could otherwise compute from them before the window opens,

@@ -3,7 +3,7 @@
     python -P -m nsight_core.judge.boot --idle HOME      (no contestant until its job comes)
     python -P -m nsight_core.judge.boot --standby HOME   (pre-started: its contestant too)
 
-Every request job's judge starts here (processes/standby_judge.py starts it) and takes its job on
+Every request job's judge starts here (standby/prestarted.py starts it) and takes its job on
 HOME's socket (judge/handover.py), whenever it comes: a job that starts cold goes to an
 idle judge spawned for it and handed the job at once. This module imports only the standard
 library and the process machinery, so the socket listens, and a pre-started judge's

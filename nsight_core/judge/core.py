@@ -2,7 +2,7 @@
 
 Started by judge/boot.py (which starts the contestant, then imports entry.py, which imports
 this), before or just as its job exists: the job is handed over on a socket
-(processes/standby.py), at once for a cold job, later for a pre-started judge; one path
+(standby/pool.py), at once for a cold job, later for a pre-started judge; one path
 either way. It
 
 1. draws a seed from the OS (`secrets`) that never leaves this process, and starts the

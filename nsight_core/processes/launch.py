@@ -48,7 +48,7 @@ def socket_home(prefix: str) -> Path:
 
 """The contestant's first line: frameworks, CUDA context and timer are up; now the job."""
 LAUNCH_FILE = "launch.json"
-"""A judge's `LaunchPlan`, written by the server into the judge's home (standby_judge.py)."""
+"""A judge's `LaunchPlan`, written by the server into the judge's home (standby/prestarted.py)."""
 CONTESTANT_ENV_PREFIX = "NSPY_CONTESTANT_"
 """Variables the judge gets for its contestant (pipeline.jit_cache_env), prefix removed."""
 IDLE_LIMIT_S = 24 * 3600.0

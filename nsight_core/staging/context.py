@@ -10,12 +10,12 @@ from pathlib import Path
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.admit import Admitted
 from nsight_core.plan.config import EngineConfig
-from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult, StageName
 from nsight_core.rows.runs import ProgressCallback
 from nsight_core.staging.budget import Budget, StageEta
 from nsight_core.staging.merge import tagged
+from nsight_core.standby.pool import StandbyPool
 
 
 @dataclass(frozen=True)

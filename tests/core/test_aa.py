@@ -21,8 +21,8 @@ import pytest
 
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
-from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import ProfileRequest
+from nsight_core.standby.pool import StandbyPool
 
 REPEATS = 40
 MAX_RESOLVABLE = 7

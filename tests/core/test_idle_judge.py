@@ -14,8 +14,8 @@ from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.job_plan import job_env
 from nsight_core.processes.sandbox import default_memory_limit
-from nsight_core.processes.standby import StandbyPool
-from nsight_core.processes.standby_judge import Standby
+from nsight_core.standby.pool import StandbyPool
+from nsight_core.standby.prestarted import Standby
 from tests.core.test_standby import intrude, phases, request, verdicts
 
 

@@ -26,9 +26,9 @@ from nsight_core.errors import ErrorClass
 from nsight_core.host.profilers import profiler_users
 from nsight_core.pipeline import FIRST_ATTEMPT_DIR, run_profile_job
 from nsight_core.plan.config import EngineConfig
-from nsight_core.processes.pool_policy import PoolPolicy, StandbyKey, holds_profiler
-from nsight_core.processes.standby import StandbyPool
 from nsight_core.protocol import LaunchSpec
+from nsight_core.standby.policy import PoolPolicy, StandbyKey, holds_profiler
+from nsight_core.standby.pool import StandbyPool
 from tests.core.test_standby import request
 
 # ncu 2025.3.1's log on an H100 (driver 580.159.04) when another process held the profiler.

@@ -17,14 +17,14 @@ import pytest
 
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
-from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import Deadline, SandboxLimits, run_sandboxed
-from nsight_core.processes.standby import StandbyPool
-from nsight_core.processes.standby_judge import Standby
-from nsight_core.processes.standby_memory import StandbyMemory
 from nsight_core.protocol import JUDGE_DIR, STANDBY_SOCKET, STDERR_FILE
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
+from nsight_core.standby.memory import StandbyMemory
+from nsight_core.standby.policy import StandbyKey
+from nsight_core.standby.pool import StandbyPool
+from nsight_core.standby.prestarted import Standby
 
 SOURCE = """
 import os

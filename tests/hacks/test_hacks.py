@@ -52,9 +52,9 @@ import pytest
 from nsight_core.collectors.events_samples import EVENTS_KERNEL
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
-from nsight_core.processes.standby import StandbyPool
 from nsight_core.request import CheckSpec, KernelsSpec, ProfileRequest
 from nsight_core.results import ProfileResult
+from nsight_core.standby.pool import StandbyPool
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = "_reference.py:softmax"

@@ -14,7 +14,7 @@ examples/gpu_softmax.py, shapes 4096x1024 and 4096x4096 fp32.
    `run_profile_job` (correctness check included) with a standby pool, as the server runs
    it, `--screens` times `--think` seconds apart: the first starts its processes cold; the
    later ones are handed to a judge and contestant pre-started after the one before
-   (nsight_core/processes/standby.py: frameworks imported, CUDA context and CUPTI up, no job code).
+   (nsight_core/standby/pool.py: frameworks imported, CUDA context and CUPTI up, no job code).
 
 It prints, per (callable, shape), raw ncu's mean and the screen's median kernel time with
 their deviation (goal: within 3 %), the Triton-vs-torch speedup on both (goal: same
@@ -42,7 +42,7 @@ import bench_softmax  # noqa: E402  (the raw ncu baseline lives there)
 
 from nsight_core.collectors.cupti_samples import CUPTI_DURATION, CUPTI_LATENCY  # noqa: E402
 from nsight_core.plan.config import EngineConfig  # noqa: E402
-from nsight_core.processes.standby import StandbyPool  # noqa: E402
+from nsight_core.standby.pool import StandbyPool  # noqa: E402
 
 NCU_TIME = "gpu__time_duration.sum"
 SCREEN_RUNS = 20

@@ -18,7 +18,7 @@ gpu__time_duration.sum and dram__throughput.avg.pct_of_peak_sustained_elapsed,
 3. mcp: the same kernels as a ProfileRequest (with its correctness check) through
    `profile_candidates` over one MCP stdio session, ``--repeats`` times ``--think`` seconds
    apart, then `read_results`: the first request starts its processes cold, the later ones
-   get the judge and contestant the server pre-started (nsight_core/processes/standby.py). Then
+   get the judge and contestant the server pre-started (nsight_core/standby/pool.py). Then
    ``--sessions`` - 1 more servers get one request each, every one between two more raw
    runs: the first requests' median is set against the raw runs' median, and each first
    request against the mean of the two raw runs around it (the hosts' speed drifts).

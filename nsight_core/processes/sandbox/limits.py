@@ -45,7 +45,7 @@ class SandboxLimits:
 class Deadline:
     """A wall-clock limit that can be re-armed while its process runs.
 
-    A process started before it has work (standby_judge.py) must not be timed from its start:
+    A process started before it has work (standby/prestarted.py) must not be timed from its start:
     it waits under an idle limit, and the work's own limit counts from the handover.
     Re-arming is one assignment of a tuple, read whole by the supervising thread.
     """

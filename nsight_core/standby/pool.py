@@ -14,7 +14,7 @@ recent setting, two at most (a staged request uses two): each holds a CUDA conte
 memory) while it waits, and is retired after its idle limit (`EngineConfig.standby_idle_s`), when
 a newer setting displaces it, or when the pool closes. A job starts only once every standby
 of its pool has finished starting, so no start-up overlaps a measurement; and at most one
-standby of a GPU holds its profiler (pool_policy.py has the states and rules). The server makes
+standby of a GPU holds its profiler (policy.py has the states and rules). The server makes
 no pool when `EngineConfig.standby` is off (every job starts cold).
 
 A pool with a `StandbyMemory` writes the settings of its standbys to the result store
@@ -26,7 +26,7 @@ starts retires it and starts cold rather than waiting for it (`EngineConfig.stan
 A pre-started judge releases its job once the job's events are complete (exit code 0 on a
 pipe only it inherits): the result is handed on while the judge's process still ends, and
 the next job waits for that end too (`settle`). One judge, its start, handover, release and
-retirement, is a `Standby` (standby_judge.py); this module is the pool that keeps them.
+retirement, is a `Standby` (prestarted.py); this module is the pool that keeps them.
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nsight_core.plan.config import DEFAULT_IDLE_S, EngineConfig
-from nsight_core.processes.pool_policy import (
+from nsight_core.processes.sandbox import SandboxOutcome
+from nsight_core.protocol import LaunchSpec
+from nsight_core.standby.memory import StandbyMemory
+from nsight_core.standby.policy import (
     DEFAULT_CAPACITY,
     PoolPolicy,
     StandbyKey,
     holds_profiler,
 )
-from nsight_core.processes.sandbox import SandboxOutcome
-from nsight_core.processes.standby_judge import HANDOVER_TIMEOUT_S, Standby, released
-from nsight_core.processes.standby_memory import StandbyMemory
-from nsight_core.protocol import LaunchSpec
+from nsight_core.standby.prestarted import HANDOVER_TIMEOUT_S, Standby, released
 
 
 class StandbyPool:

@@ -2,7 +2,7 @@
 
 How one judge is started (``--standby``, or ``--idle`` for a job handed over at once or
 later), handed its job over its home's socket, watched for its release, and retired; which
-judges a GPU keeps, and when, is the pool's (standby.py, pool_policy.py).
+judges a GPU keeps, and when, is the pool's (pool.py, policy.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 
 from nsight_core.plan.config import STANDBY_MARGIN_S, EngineConfig
 from nsight_core.processes.launch import socket_home
-from nsight_core.processes.pool_policy import StandbyKey
 from nsight_core.processes.sandbox import (
     Deadline,
     SandboxLimits,
@@ -37,6 +36,7 @@ from nsight_core.protocol import (
     STANDBY_SOCKET,
     LaunchSpec,
 )
+from nsight_core.standby.policy import StandbyKey
 
 HANDOVER_TIMEOUT_S = 120.0
 """How long a handover may wait for the judge to take the job (it may still be starting)."""
