@@ -180,7 +180,6 @@ class JobSpec(_Msg):
     reference_source_file: str | None = Field(None, description="Where the inline reference was.")
     seed: int = 0
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
-    child_timer: Literal["range", "clock", "cupti"] = "range"
     confine: Literal["on", "off"] = "off"
     """Confine the contestant's file access (decided by the job's plan: plan/job_plan.py)."""
     launch: LaunchSpec | None = None

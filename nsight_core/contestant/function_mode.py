@@ -135,7 +135,9 @@ def function_main(job_dir: Path) -> int:
     if job.workdir not in sys.path:
         sys.path.append(job.workdir)
     try:
-        timer = call_timer(job.child_timer)
+        from nsight_core.collectors import get_backend  # lazy: every backend, @kernel mode only
+
+        timer = call_timer(get_backend(job.backend).child_timer)
         timer.start()  # nvtx or libcupti loaded now, so no profiled call pays for the import
         return run_function_job(job, events, timer)
     except Exception as exc:

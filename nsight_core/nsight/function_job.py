@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.pipeline import run_worker
 from nsight_core.plan.config import EngineConfig
@@ -162,7 +161,6 @@ def run_function(
             warmup=settings.warmup,
         ),
         workdir=os.getcwd(),
-        child_timer=get_backend(settings.backend).child_timer,
         # The combiner callable stays in this process, where the rows are built.
         settings=dataclasses.replace(settings, combine_fn=None).wire(),
     )

@@ -74,7 +74,6 @@ class JobPlan:
             reference_source_file=(
                 str(self.reference_source_file) if self.reference_source_file else None
             ),
-            child_timer=self.backend.child_timer,
             confine=self.confine,
             launch=self.launch,
             settings=self.settings.wire(),
