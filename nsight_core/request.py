@@ -140,17 +140,13 @@ class CheckSpec(_Strict):
         strict=True,
         description="Default: by dtype.",
     )
-    check_mutation: bool = Field(True, strict=True, description="Fail a write to the inputs.")
+    check_mutation: bool = Field(True, strict=True)
     check_aliasing: bool = Field(
         True,
         strict=True,
         description="Fail an output that views an input or the reference's output.",
     )
-    check_determinism: bool = Field(
-        True,
-        strict=True,
-        description="Fail when two calls on the same inputs differ.",
-    )
+    check_determinism: bool = Field(True, strict=True)
     regimes: bool = Field(
         True,
         strict=True,
@@ -294,10 +290,7 @@ class ProfileRequest(_Strict):
         None,
         description="GPU index (as check_environment lists) or UUID; default: a free, idle GPU.",
     )
-    stages: StagesSpec | None = Field(
-        None,
-        description="Staged evaluation, e.g. {'screen': 'cupti', 'top_k': 3}; default off.",
-    )
+    stages: StagesSpec | None = None  # described by StagesSpec; None: no screen
     budget_s: float | None = Field(
         None,
         gt=0,

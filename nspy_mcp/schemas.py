@@ -1,22 +1,37 @@
-"""What `tools/list` advertises: the tools' schemas, compact, accepting exactly what they did.
+"""What `tools/list` advertises: the tools' schemas, compact, with every type they check.
 
 Every client puts `tools/list` in the agent's context once per session, so its size is paid
-by every session. pydantic's schemas carry what no validator reads: a `title` per field
-(derived from its name), `default` in output schemas (an answer always has every field),
-and nullable fields spelled `anyOf: [{type: X}, {type: null}]`. `compact_schema` removes
-the first two and writes the third as `type: [X, "null"]`, and `drop_enum_types` the `type`
-an `enum` beside it already implies; each rewrite accepts and rejects the same instances,
-so clients validate answers as strictly as before. Input schemas keep their defaults (an
-agent reads them to know what it may leave out).
+by every session (24 KB at most: tests/mcp/test_tool_list.py holds it). Rewrites that
+accept and reject the same instances: pydantic's `title` per field (derived from its name)
+and the outputs' `default`s go (`compact_schema`), a nullable output field is written
+`type: [X, "null"]` rather than `anyOf: [{type: X}, {type: null}]`, an `enum` needs no
+`type` beside it (`drop_enum_types`), and a definition referenced once is written in place
+(`inline_single_refs`).
 
-Where two tools answer with the same model (a `ProfileResult` from `profile_candidates`,
-and inside `read_results`' answer), the second copy loses its descriptions
-(`strip_descriptions`): the structure, and so the validation, stays whole, and the field
-documentation is read once, in the first tool's schema.
+Output schemas check types, not presence: they leave out `required` and
+`additionalProperties: false` (`drop_presence_checks`), about 2.3 KB of every session's
+`tools/list`. Every field keeps its type or enum, so a client still refuses a wrong value
+anywhere it did; a missing or extra field is the models' to refuse, and the server never
+sends an answer they refused: each answer is the dump of a model instance, which writes
+every field (null or empty where it has no value), the models forbid extra fields, and the
+SDK validates a tool call's answer against its model before sending it. The server's
+instructions tell agents that every field is always there.
+
+Input schemas keep `required`, `additionalProperties: false`, `anyOf` (function-calling
+converters read it, not a list of types) and non-null defaults (an agent reads them to
+know what it may leave out); `default: null` goes, since a field `required` does not name
+may be left out and is then null.
+
+Which descriptions an output schema carries is chosen per tool (`OutputPolicy`): those of
+the fields whose meaning the name does not carry; docs/ and the models document every
+field. Where two tools answer with the same model (`ProfileResult` from
+`profile_candidates`, and inside `read_results`' answer), the second copy carries none.
+Parts an agent reads rather than acts on are checked by type only (`shallow_refs`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -174,9 +189,9 @@ class OutputPolicy:
     """How much of a tool's output schema `tools/list` carries.
 
     `deep`: the definitions validated to the leaves (None: all); the others are checked by
-    type only. `documented`: the descriptions advertised besides the root's own fields: a
-    definition's name (all its fields) or 'Definition.field' (that field); the others are
-    documented in docs/.
+    type only. `documented`: the descriptions advertised: a model's name (its own and all
+    its fields') or 'Model.field' (that field's), the root model (the tool's answer) named
+    like the definitions; the others are documented in docs/ (and in the models' code).
     """
 
     deep: frozenset[str] | None = None
@@ -227,28 +242,143 @@ def drop_enum_types(schema: Schema) -> Schema:
     return walk(schema)
 
 
+def drop_presence_checks(schema: Schema) -> Schema:
+    """`schema` without `required` and `additionalProperties: false`: types and enums only.
+
+    It accepts more than `schema` (an object missing a field, or with one more), so it is
+    for answers only, whose presence and extras the server's models check (module
+    docstring). A schema under `additionalProperties` (a map's values) stays: it is a type.
+    """
+
+    def walk(node: Schema) -> Schema:
+        # A property named "required" is a key of `properties`, never dropped here.
+        kept = {
+            k: v
+            for k, v in node.items()
+            if not (k == "required" and isinstance(v, list))
+            and not (k == "additionalProperties" and v is False)
+        }
+        return _map_subschemas(kept, walk)
+
+    return walk(schema)
+
+
+def _local_refs(node: Any) -> Counter[str]:
+    """How often each definition is referenced in `node`, at any depth."""
+    found = Counter[str]()
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_LOCAL_DEF):
+            found[ref.removeprefix(_LOCAL_DEF)] += 1
+        for value in node.values():
+            found.update(_local_refs(value))
+    elif isinstance(node, list):
+        for value in node:
+            found.update(_local_refs(value))
+    return found
+
+
+def inline_single_refs(schema: Schema, *, fold_nullables: bool) -> Schema:
+    """`schema` with each definition referenced once written in place of its reference.
+
+    The same validation in fewer bytes: a definition used once pays for its name twice and
+    the reference's keywords, and a nullable one for an `anyOf` that folds away once it is
+    inline (`fold_nullables`). A definition used more than once, or by itself, stays.
+    """
+    defs: dict[str, Schema] = schema.get("$defs", {})
+    counts = _local_refs({k: v for k, v in schema.items() if k != "$defs"})
+    for body in defs.values():
+        counts.update(_local_refs(body))
+    once = {name for name in defs if counts[name] == 1 and not _local_refs(defs[name])[name]}
+
+    def walk(node: Schema, inlining: frozenset[str]) -> Schema:
+        ref = node.get("$ref")
+        name = ref.removeprefix(_LOCAL_DEF) if isinstance(ref, str) else None
+        if name in once and name not in inlining:
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            body = walk(defs[name], inlining | {name})
+            if not set(rest) & set(body):  # a field's note beside the reference stays its own
+                out = {**rest, **body}
+                return _nullable(out) if fold_nullables else out
+        out = _map_subschemas(node, lambda n: walk(n, inlining))
+        return _nullable(out) if fold_nullables else out
+
+    root = walk({k: v for k, v in schema.items() if k != "$defs"}, frozenset())
+    kept: dict[str, Schema] = {}
+    wanted = list(_local_refs(root))
+    while wanted:  # the definitions still referenced, from the root down
+        name = wanted.pop()
+        if name in defs and name not in kept:
+            kept[name] = walk(defs[name], frozenset({name}))
+            wanted.extend(_local_refs(kept[name]))
+    return {**root, "$defs": {k: kept[k] for k in defs if k in kept}} if kept else root
+
+
 def advertised_output(schema: Schema, policy: OutputPolicy) -> Schema:
     """The output schema as `tools/list` carries it: compact, trimmed as `policy` says."""
-    out = drop_enum_types(
-        compact_schema(shallow_refs(schema, policy.deep), keep_defaults=False, fold_nullables=True)
+    name = schema.get("title")
+    out = drop_presence_checks(
+        drop_enum_types(
+            compact_schema(
+                shallow_refs(schema, policy.deep), keep_defaults=False, fold_nullables=True
+            )
+        )
     )
-    defs = out.get("$defs")
+    defs = out.pop("$defs", None)
+    if isinstance(name, str):
+        out = _documented(name, out, policy.documented)
     if defs:
         out["$defs"] = {k: _documented(k, v, policy.documented) for k, v in defs.items()}
-    return out
+    return inline_single_refs(out, fold_nullables=True)
+
+
+_JSON_TYPES = frozenset({"null", "boolean", "object", "array", "number", "string"})
+
+
+def _accepts_any_json(schema: Any) -> bool:
+    """Whether `schema` is `{}` or an `anyOf` of unconstrained branches of every JSON type."""
+    if schema == {}:
+        return True
+    if not isinstance(schema, dict) or set(schema) != {"anyOf"}:
+        return False
+    kinds: set[str] = set()
+    for branch in schema["anyOf"]:
+        kind = branch.get("type") if isinstance(branch, dict) else None
+        if not isinstance(kind, str) or set(branch) - {"type", "items"}:
+            return False
+        if "items" in branch and (kind != "array" or branch["items"] != {}):
+            return False
+        kinds.add(kind)
+    return kinds >= _JSON_TYPES
 
 
 def advertised_input(schema: Schema) -> Schema:
-    """The input schema as `tools/list` carries it: without titles, otherwise as built.
+    """The input schema as `tools/list` carries it: what it accepts, stated in fewer bytes.
 
-    A nested model's default (`"check": {"$ref": ..., "default": {...every field...}}`) is
-    left out: each field of the definition states its own default.
+    Titles go (`compact_schema`). A nested model's default (`"check": {"$ref": ..., "default": {...every field...}}`) is
+    left out: each field of the definition states its own default. So is `default: null`
+    on a field `required` does not name: left out, a nullable field is null. A map's value
+    schema that accepts any JSON value (`configs`' `anyOf` of every type) goes: it is what
+    a map without one accepts. Definitions used once are written in place
+    (`inline_single_refs`), which function-calling converters without `$ref` read too.
     """
 
     def walk(node: Schema) -> Schema:
         out = _map_subschemas(node, walk)
         if "$ref" in out and isinstance(out.get("default"), dict):
             del out["default"]
+        if _accepts_any_json(out.get("additionalProperties")):
+            del out["additionalProperties"]
+        properties = out.get("properties")
+        if isinstance(properties, dict):
+            required = out.get("required", [])
+            out["properties"] = {
+                name: {k: v for k, v in field.items() if not (k == "default" and v is None)}
+                if isinstance(field, dict) and name not in required
+                else field
+                for name, field in properties.items()
+            }
         return out
 
-    return walk(compact_schema(schema, keep_defaults=True, fold_nullables=False))
+    compact = walk(compact_schema(schema, keep_defaults=True, fold_nullables=False))
+    return inline_single_refs(compact, fold_nullables=False)

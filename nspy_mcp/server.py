@@ -64,6 +64,7 @@ pass with NVIDIA Nsight Compute, in a fresh time-limited process per job. Loop:
    add runs to tighten it. Do not act on 'suspicious' or 'failed' rows;
    read their Reasons. A null value always comes with ErrorClass/Error.
 5. Change one candidate, profile again, compare.
+An answer carries every field of its output schema, null or empty where it has no value.
 Never change GPU clocks, power, MIG or driver settings; report permission errors instead.
 """
 
@@ -94,6 +95,11 @@ RESULT_OUTPUT = OutputPolicy(
     ),
     documented=frozenset(
         {
+            "ProfileResult.message",
+            "ProfileResult.error",
+            "ProfileResult.diagnoses",
+            "ProfileResult.stages",
+            "ProfileResult.best_so_far",
             "Row.Unit",
             "Row.RequestedRuns",
             "Row.StableMeasurement",
@@ -115,14 +121,37 @@ failures) and what it reads next (provenance, diagnoses) validated to the leaves
 whose meaning a name does not carry described; stages, best_so_far and cross-checks checked
 by type. docs/rows.md, docs/results.md and docs/diagnose.md document every field."""
 ENV_OUTPUT = OutputPolicy(
-    deep=frozenset(EnvironmentReport.model_json_schema()["$defs"]) - {"CanaryCheck"}
+    deep=frozenset(EnvironmentReport.model_json_schema()["$defs"]) - {"CanaryCheck"},
+    documented=frozenset(
+        {
+            "EnvironmentReport.ncu",
+            "EnvironmentReport.ncu_problem",
+            "EnvironmentReport.canaries",
+        }
+    ),
 )
 """check_environment's answer: every section validated to the leaves but the deep check's
 canaries, checked by type (docs/environment.md documents their fields): they cost every
-session's tools/list nothing but the field itself."""
-READ_OUTPUT = OutputPolicy(deep=frozenset({"ProfileResult", "ResultSummary"}))
+session's tools/list nothing but the field itself. Described: which ncu runs jobs and why
+none does, and when canaries are there; the other fields say by name what they hold."""
+METRICS_OUTPUT = OutputPolicy(
+    documented=frozenset(
+        {
+            "MetricsValidation.chip_source",
+            "MetricsValidation.catalog_source",
+            "MetricsValidation.estimated_passes",
+        }
+    )
+)
+"""validate_metrics' answer, validated to the leaves; described where a name does not say
+what its values mean."""
+READ_OUTPUT = OutputPolicy(
+    deep=frozenset({"ProfileResult", "ResultSummary"}),
+    documented=frozenset({"ReadResultsAnswer.message"}),
+)
 """read_results' answer: the result's own fields and the listing's summaries; the parts of a
-result are described once, in profile_candidates' output schema."""
+result are described once, in profile_candidates' output schema, and which of `result` and
+`results` an answer fills, in the tool's description."""
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -198,7 +227,7 @@ def build_server(
     server.register_tool(
         check_environment, "Check the profiling environment", READ_ONLY, ENV_OUTPUT
     )
-    server.register_tool(validate_metrics, "Validate ncu metric names", READ_ONLY)
+    server.register_tool(validate_metrics, "Validate ncu metric names", READ_ONLY, METRICS_OUTPUT)
     server.register_tool(
         profile_candidates,
         "Check and profile kernel candidates",

@@ -68,10 +68,10 @@ async def check_environment(
 ) -> Annotated[CallToolResult, EnvironmentReport]:
     """Call once per session, before profiling: what profiling can do on this machine.
 
-    GPUs (driver, clocks, processes using them), the ncu used, whether GPU counters are
-    readable, which backends work here ('ncu', 'cupti', 'events') and why not, frameworks,
-    and `remediation` steps. Pick the backend from it; 'events' works everywhere (time
-    only). It never changes driver or GPU settings: report a permission problem instead.
+    Which backends work here ('ncu', 'cupti', 'events') and why not, the GPUs and what
+    runs on them, the ncu used, counter access, and `remediation` steps. Pick the backend
+    from it; 'events' works everywhere (time only). It never changes driver or GPU
+    settings: report a permission problem instead.
     """
     served = state_of(ctx).config if ctx is not None else None
     config = served or EngineConfig.from_env()  # a library call is an edge too
@@ -113,9 +113,8 @@ async def validate_metrics(
     """Check ncu metric names before profiling with them; profile_candidates refuses bad ones.
 
     Per name: valid, unknown or needs_suffix (a base name such as 'dram__throughput' needs a
-    roll-up and suffix, e.g. '.avg.pct_of_peak_sustained_elapsed'), with unit, description
-    and the nearest valid names, plus estimated replay passes. Works offline from bundled
-    catalogs. Only the 'ncu' backend takes metrics.
+    roll-up and suffix, e.g. '.avg.pct_of_peak_sustained_elapsed'), with the nearest valid
+    names. Works offline from bundled catalogs. Only the 'ncu' backend takes metrics.
     """
     config = state_of(ctx).config if ctx is not None else EngineConfig.from_env()
     try:
@@ -136,12 +135,11 @@ async def profile_candidates(
     under an absolute `workdir`, 'package.module:name', or a name in inline `source`);
     `inputs(**config)` makes fresh arguments for each of `configs`. Keep `runs` >= 3.
 
-    Each job runs in a fresh, time-limited process. Candidates are checked on seeded inputs
-    first; one that fails is not timed (`correctness` says why). The answer has `rows`
-    (AvgValue, CI95, Trust), `comparisons` with the reference (Speedup, its 95 % CI,
-    Resolvable) and `failures`. A job that outlasts `wait_s` answers 'running' with a
-    result_id for read_results. Cancelling this call kills the job. Errors you can fix say
-    what to change, and nothing is queued. Details: docs/tools.md.
+    Candidates are checked on seeded inputs first; one that fails is not timed
+    (`correctness` says why). The answer has `rows` (AvgValue, CI95, Trust), `comparisons`
+    with the reference (Speedup, its 95 % CI, Resolvable) and `failures`. A job that
+    outlasts `wait_s` answers 'running' with a result_id for read_results. Cancelling this
+    call kills the job. A refused request says what to change; nothing was queued.
     """
     state = state_of(ctx)
     try:
@@ -155,15 +153,11 @@ async def profile_candidates(
     return result_tool_answer(state.store, with_next_step(shape_result(result, full=False)))
 
 
+# The tool's description documents each argument it names; a field's own description only
+# says what the description does not (tools/list carries both in every session).
 async def read_results(
     ctx: Context[AppState, Any],
-    result_id: Annotated[
-        str | None,
-        Field(
-            pattern=RESULT_ID_PATTERN,
-            description="Omit to list past results.",
-        ),
-    ] = None,
+    result_id: Annotated[str | None, Field(pattern=RESULT_ID_PATTERN)] = None,
     annotation: Annotated[
         str | None,
         Field(
@@ -174,47 +168,21 @@ async def read_results(
     config_id: Annotated[
         int | None, Field(ge=0, strict=True, description="Only this config (index into `configs`).")
     ] = None,
-    metric: Annotated[str | None, Field(max_length=256, description="Only this metric.")] = None,
-    status: Annotated[JobStatus | None, Field(description="Listing: only this status.")] = None,
+    metric: Annotated[str | None, Field(max_length=256)] = None,
+    status: JobStatus | None = None,
     since: Annotated[
         str | None,
-        Field(
-            max_length=64,
-            description="Listing: queued at or after (ISO 8601; UTC if no zone).",
-        ),
+        Field(max_length=64, description="Queued at or after (ISO 8601; UTC if no zone)."),
     ] = None,
-    until: Annotated[
-        str | None,
-        Field(max_length=64, description="Listing: queued at or before."),
-    ] = None,
+    until: Annotated[str | None, Field(max_length=64)] = None,
     detail: Annotated[
         Literal["compact", "full"],
         Field(description="'full' adds RawValues and whole tracebacks."),
     ] = "compact",
     limit: Annotated[int, Field(ge=1, le=100, strict=True, description="Listing: page size.")] = 20,
-    cursor: Annotated[
-        str | None,
-        Field(
-            pattern=RESULT_ID_PATTERN,
-            description="Listing: the last page's `next_cursor`.",
-        ),
-    ] = None,
-    wait_s: Annotated[
-        float,
-        Field(
-            ge=0,
-            le=3600,
-            strict=True,
-            description="Wait up to this long for a queued/running job.",
-        ),
-    ] = 0.0,
-    cancel: Annotated[
-        bool,
-        Field(
-            strict=True,
-            description="Stop this server's queued/running job; answers it, 'cancelled'.",
-        ),
-    ] = False,
+    cursor: Annotated[str | None, Field(pattern=RESULT_ID_PATTERN)] = None,
+    wait_s: Annotated[float, Field(ge=0, le=3600, strict=True)] = 0.0,
+    cancel: Annotated[bool, Field(strict=True)] = False,
 ) -> Annotated[CallToolResult, ReadResultsAnswer]:
     """Read a stored result, follow or cancel a job, or list past results (they survive restarts).
 

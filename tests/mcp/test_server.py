@@ -141,13 +141,26 @@ def _seed_results(store_dir: Path, n: int) -> list[str]:
 # -- schemas -------------------------------------------------------------------------------
 
 
-def _prop_digest(prop: dict[str, Any]) -> dict[str, Any]:
-    keys = ("type", "enum", "default", "minimum", "maximum", "pattern", "$ref", "const")
+def _prop_digest(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """What a property accepts, the same whether a definition is referenced or written in
+    place (`nspy_mcp.schemas.inline_single_refs`), nested objects field by field."""
+    ref = prop.get("$ref")
+    if isinstance(ref, str):
+        prop = {
+            **defs[ref.removeprefix("#/$defs/")],
+            **{k: v for k, v in prop.items() if k != "$ref"},
+        }
+    keys = ("type", "enum", "default", "minimum", "maximum", "pattern", "const")
     digest = {k: prop[k] for k in keys if k in prop}
     if "anyOf" in prop:
-        digest["anyOf"] = [_prop_digest(p) for p in prop["anyOf"]]
+        digest["anyOf"] = [_prop_digest(p, defs) for p in prop["anyOf"]]
     if "items" in prop:
-        digest["items"] = _prop_digest(prop["items"])
+        digest["items"] = _prop_digest(prop["items"], defs)
+    if "properties" in prop:
+        digest["required"] = sorted(prop.get("required", []))
+        digest["properties"] = {
+            k: _prop_digest(v, defs) for k, v in sorted(prop["properties"].items())
+        }
     return digest
 
 
@@ -165,16 +178,8 @@ def _schema_digest(tools: list[Tool]) -> dict[str, Any]:
                 "idempotentHint": ann.idempotent_hint,
                 "openWorldHint": ann.open_world_hint,
             },
-            "required": sorted(inp.get("required", [])),
-            "properties": {k: _prop_digest(v) for k, v in sorted(inp["properties"].items())},
-            "input_defs": {
-                name: {
-                    "required": sorted(d.get("required", [])),
-                    "properties": sorted(d.get("properties", {})),
-                }
-                for name, d in sorted(inp.get("$defs", {}).items())
-            },
-            "output_required": sorted(out.get("required", [])),
+            "input": _prop_digest(inp, inp.get("$defs", {})),
+            # Output schemas check types, not presence (nspy_mcp/schemas.py): their fields.
             "output_properties": sorted(out.get("properties", {})),
         }
     return digest
