@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+# Re-exported: callers name a request's callables through this module.
+from nsight_core.runtime.callable_spec import default_inputs as default_inputs
+from nsight_core.runtime.callable_spec import parse_callable_spec as parse_callable_spec
 
 # The allowed values of each option, listed once: the Literal types the models (and so the
 # JSON Schemas) use, and tuples derived from them for code that checks values by hand.
@@ -48,41 +53,6 @@ GPU_UUID_PATTERN = r"(GPU|MIG)-[0-9A-Fa-f-]{8,64}"
 
 DEFAULT_METRIC = "gpu__time_duration.sum"
 """Nsight Python's default metric: GPU time of one kernel, ns."""
-
-
-def parse_callable_spec(spec: str) -> tuple[str | None, str | None, str]:
-    """Split a callable spec into (file, module, attribute path); raises ValueError if malformed."""
-    spec = spec.strip()
-    if ":" in spec:
-        where, _, name = spec.rpartition(":")
-        if not name or not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", name):
-            raise ValueError(
-                f"{spec!r}: the part after ':' must be a Python name; write e.g. 'ref.py:softmax'"
-            )
-        if where.endswith(".py"):
-            return where, None, name
-        if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", where):
-            return None, where, name
-        raise ValueError(
-            f"{spec!r}: before ':' must be a file ending in .py or a dotted module name; "
-            "write e.g. 'kernels/v2.py:softmax' or 'mypkg.kernels:softmax'"
-        )
-    if re.fullmatch(r"[A-Za-z_]\w*", spec):
-        return None, None, spec
-    raise ValueError(
-        f"{spec!r} is not a callable spec; use 'file.py:name', 'package.module:name', "
-        "or a bare 'name' defined in `source`"
-    )
-
-
-def default_inputs(reference: str) -> str:
-    """The input maker beside ``reference`` in its file, module or inline source, by the
-    names peer formats use: ``generate_input`` for a GPU MODE task's ``ref_kernel``,
-    ``get_inputs`` (KernelBench) otherwise. Raises ValueError for a malformed spec."""
-    file, module, attr = parse_callable_spec(reference)
-    name = "generate_input" if attr.rpartition(".")[2] == "ref_kernel" else "get_inputs"
-    where = file or module
-    return f"{where}:{name}" if where else name
 
 
 def _depth(value: object) -> int:
@@ -204,6 +174,18 @@ class StagesSpec(_Strict):
     )
 
 
+class BackendFallback(_Strict):
+    """What a request named, where this host denies the GPU performance counters its backend
+    reads: resolution (plan/request_defaults.py) answers it with a backend that needs none,
+    and rows, message and provenance say so (docs/backends.md#counters-denied). Set by the
+    resolution, never advertised to callers; a request that carries one is resolved."""
+
+    backend: Backend = Field(description="The backend the request named.")
+    metrics: list[str] = Field(description="The metrics it named.")
+    reason: str = Field(description="Why that backend cannot run here, as the probe says it.")
+    fix: str = Field(description="The cheapest fix, as check_environment's remediation says it.")
+
+
 def _one_empty_config() -> list[dict[str, ConfigValue]]:
     return [{}]
 
@@ -305,6 +287,9 @@ class ProfileRequest(_Strict):
         le=3600,
         description="Seconds before answering status 'running'.",
     )
+    # Resolution's record, kept with the request (the store's manifest, a cluster worker's
+    # copy) and left out of the tools' schema: callers name a backend, never a fallback.
+    fallback: SkipJsonSchema[BackendFallback | None] = None
 
     @model_validator(mode="before")
     @classmethod

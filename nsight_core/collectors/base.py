@@ -1,10 +1,13 @@
 """The backend interface: what a way of measuring must say, and the registry of them.
 
-A backend decides eight things, and no other module compares backend names:
+A backend decides nine things, and no other module compares backend names:
 
 - whether it can run on this host, why, and the cheapest fix where it cannot
   (`availability`, from the facts `host/probe.py` gathers; `check_environment` and a
   request's default backend read it);
+- whether its numbers need GPU performance counters (`reads_counters`): where a host denies
+  them, a request that names it is answered by one that needs none
+  (`plan/request_defaults.py`), its metric names still checked (`check_metric_names`);
 - how the contestant's command is wrapped (`wrap`: under ncu, or not at all);
 - how a failed run is classified (`classify_end`: ncu's log, or nothing to add);
 - how the records of a run are read (`read_records`: an ncu report, or raw samples);
@@ -145,6 +148,10 @@ class Backend(ABC):
     """Whether a contestant this backend wraps holds its GPU's profiler for as long as it
     lives (ncu): no two such processes may live on one GPU, so the standby pool keeps at
     most one (standby/pool.py) and a job that needs it gets it alone."""
+    reads_counters: ClassVar[bool] = False
+    """Whether its numbers come from GPU performance counters, which a driver may keep for
+    administrators (ERR_NVGPUCTRPERM): where the probe finds them denied, a request naming
+    this backend is resolved onto the first that reads none (`request_defaults`)."""
     masks_inputs: ClassVar[bool] = False
     """Whether the judge masks a call's inputs in their slots until the call starts: a
     thread of the contestant could otherwise compute from them before the window opens,
@@ -170,6 +177,11 @@ class Backend(ABC):
                 f"backend {self.name!r} times each call once",
                 "leave kernels.replay_mode at 'kernel', or use backend 'ncu'",
             )
+
+    def check_metric_names(self, metrics: Sequence[str], config: EngineConfig) -> None:
+        """Refuse metric names known to be wrong (invalid_metric), whether or not this backend
+        can run here: a request answered by another backend is still told its typos."""
+        return None  # the time-only backends' `preflight` names what they take
 
     def measures(self, settings: JobSettings) -> list[str]:
         """The metric names rows of this job will carry."""

@@ -30,6 +30,7 @@ from nsight_core.collectors.ncu_diagnose import DIAGNOSE_SECTIONS, diagnose_metr
 from nsight_core.collectors.ranges import counted_records
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import validate_metrics
+from nsight_core.host.counters import COUNTERS_DENIED, COUNTERS_FIX, COUNTERS_URL
 from nsight_core.host.ncu_install import NO_NCU_HINT, find_ncu, ncu_version, require_ncu
 from nsight_core.host.profilers import profiler_users
 from nsight_core.host.report import BackendStatus
@@ -77,7 +78,7 @@ _NVTX_FLAGS: dict[str, tuple[str, str, str]] = {
     "all_but_untimed": ("--nvtx", "--nvtx-exclude", NCU_NVTX_EXCLUDE),
 }
 
-PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+PERMISSION_URL = COUNTERS_URL
 
 NO_SECTIONS_DIR = Path(__file__).resolve().parents[1] / "data" / "ncu_no_sections"
 """A section folder with no sections (its README says why): ncu reads its whole section
@@ -243,9 +244,7 @@ def classify_ncu_failure(
         return NsightCoreError(
             ErrorClass.PERMISSION_DENIED,
             "ncu may not read GPU performance counters for this user (ERR_NVGPUCTRPERM)",
-            f"ask the host's administrator to allow counter access (NVIDIA explains the "
-            f"options at {PERMISSION_URL}); meanwhile use backend 'events' or 'cupti', "
-            "which need no counters. Do not change driver settings from a profiling job.",
+            f"{COUNTERS_FIX}. Do not change driver settings from a profiling job",
         )
     errors = [e for e in _error_lines(log_text) if not _APP_EXIT_RE.search(e)]
     if profiler_busy(log_text):
@@ -284,11 +283,6 @@ def classify_ncu_failure(
     return None
 
 
-ADMIN_DOCS_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
-"""NVIDIA's page on counter permissions: where a user denied counters is sent (never to
-driver settings of our own making)."""
-
-
 class NcuBackend(Backend):
     """Nsight Compute: any metric, per kernel, measured outside the contestant's process."""
 
@@ -299,11 +293,15 @@ class NcuBackend(Backend):
     any_metric = True
     settings_apply = True
     holds_profiler = True
+    reads_counters = True
 
     def preflight(self, settings: JobSettings, config: EngineConfig) -> None:
         super().preflight(settings, config)
         require_ncu(config)
-        _refuse_invalid_metrics(settings.metrics, config)
+        self.check_metric_names(settings.metrics, config)
+
+    def check_metric_names(self, metrics: Sequence[str], config: EngineConfig) -> None:
+        _refuse_invalid_metrics(metrics, config)
 
     def wrap(
         self, argv: Sequence[str], launch: LaunchSpec, out_dir: Path, config: EngineConfig
@@ -380,20 +378,9 @@ class NcuBackend(Backend):
         if not host.ncu_report.installed:
             fixes.append("Install the report reader: pip install 'ncu-report>=2025.3'.")
             return BackendStatus(name="ncu", available=False, reason="ncu-report is not installed")
-        restricted = host.counters.rm_profiling_admin_only == 1 and not host.counters.is_admin
-        if host.counters.deep_test == "permission_denied" or (
-            restricted and host.counters.deep_test != "passed"
-        ):
-            fixes.append(
-                "GPU performance counters are restricted to administrators on this host. Ask the "
-                f"host's administrators for counter access (NVIDIA explains it at {ADMIN_DOCS_URL}); "
-                "meanwhile time kernels with backend 'cupti' or 'events'."
-            )
-            return BackendStatus(
-                name="ncu",
-                available=False,
-                reason="GPU performance counters are restricted to administrators on this host",
-            )
+        if host.counters.denied():
+            fixes.append(f"{COUNTERS_DENIED}. {COUNTERS_FIX}.")
+            return BackendStatus(name="ncu", available=False, reason=COUNTERS_DENIED)
         why = f"ncu {used.version} at {used.path}"
         if host.counters.deep_test == "passed":
             why += "; a one-kernel test read counters"

@@ -20,6 +20,20 @@ DEEP_TEST_TIMEOUT_S = 180.0
 
 _PARAMS_FILE = Path("/proc/driver/nvidia/params")
 
+COUNTERS_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+"""NVIDIA's page on counter permissions: where a user denied counters is sent."""
+COUNTERS_DENIED = "GPU performance counters are restricted to administrators on this host"
+COUNTERS_FIX = (
+    "Ask the host's administrators to allow GPU performance counters for your user (a driver "
+    f"setting that needs root; NVIDIA explains it at {COUNTERS_URL}); meanwhile time kernels "
+    "with backend 'cupti' or 'events', which need no counters"
+)
+"""The cheapest fix for denied counters, in the same words wherever they are denied:
+`check_environment`'s remediation, ncu's refusal at run time, and the rows a request naming
+ncu gets where another backend answers it (request_defaults). It names who can lift the
+restriction and where NVIDIA documents how, never a command: the setting is the host's, and
+a shared or rented GPU's tenants must not change it (nor may an agent try)."""
+
 
 def read_profiling_admin_only(params: Path = _PARAMS_FILE) -> int | None:
     """RmProfilingAdminOnly from the driver's params file; None when unreadable."""

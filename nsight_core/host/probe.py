@@ -163,9 +163,11 @@ def _save_file(key: str, report: EnvironmentReport, config: EngineConfig) -> Non
 
 def _cached(deep: bool, now: float, config: EngineConfig) -> EnvironmentReport | None:
     keys = (
-        [cache_key(True, config)] if deep else [cache_key(False, config), cache_key(True, config)]
+        [cache_key(True, config)] if deep else [cache_key(True, config), cache_key(False, config)]
     )
-    for key in keys:  # a deep report answers a shallow question too
+    # A deep report answers a shallow question too, first: it knows more (whether ncu read
+    # counters), which a request naming ncu is resolved by (request_defaults).
+    for key in keys:
         hit = _memory_cache.get(key)
         if hit is not None and 0 <= now - hit.probed_at < CACHE_TTL_S:
             return hit
@@ -215,7 +217,10 @@ def probe_environment(
     memory_setting: str | None = None,
 ) -> EnvironmentReport:
     """Probe (or recall) what profiling can do here. ``deep`` adds a real one-kernel ncu run;
-    ``memory_setting``: the configured job memory limit (`EngineConfig.job_memory`)."""
+    ``memory_setting``: the configured job memory limit (`EngineConfig.job_memory`). A
+    config that carries its own report (`EngineConfig.environment`) is answered with it."""
+    if config.environment is not None:
+        return config.environment
     with _probe_lock:
         return _probe_environment(config, deep=deep, refresh=refresh, memory_setting=memory_setting)
 

@@ -81,6 +81,16 @@ class CounterAccess(_Model):
     )
     detail: str = Field("", description="What the test or the params file showed.")
 
+    def denied(self) -> bool:
+        """Counters are closed to this user: ncu's one-kernel test was refused, or the driver
+        keeps them for administrators, this process is none and no test read them. One rule
+        for the ncu backend's verdict and for a request that names it (request_defaults)."""
+        if self.deep_test == "permission_denied":
+            return True
+        return (
+            self.rm_profiling_admin_only == 1 and not self.is_admin and self.deep_test != "passed"
+        )
+
 
 class FrameworkStatus(_Model):
     name: Literal["torch", "triton", "cupy", "numpy"]

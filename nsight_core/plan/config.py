@@ -12,7 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # only for the annotation: this module runs without pydantic (tools/)
+    from nsight_core.host.report import EnvironmentReport
 
 CONFINE_ENV = "NSPY_MCP_CONFINE"
 """'1' confines every contestant's file access (Landlock), '0' none; unset: wherever the
@@ -95,6 +98,11 @@ class EngineConfig:
     out, and part of the probe cache's key."""
     cache_dir: Path | None = None
     """`CACHE_DIR_ENV`; None: the platform's user cache directory (`cache_root`)."""
+    environment: EnvironmentReport | None = field(default=None, hash=False)
+    """The report `probe_environment` answers with instead of probing: for tests that need a
+    host this one is not (counters denied, where no GPU is), so that `check_environment`, a
+    request's resolution and the preflights all see the same host. Set in code only; no
+    variable sets it."""
 
     def cache_root(self) -> Path:
         """Where nspy-mcp keeps what it learnt of this host (probe results, catalogs,

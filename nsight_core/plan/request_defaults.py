@@ -7,6 +7,15 @@ Two settings depend on more than the request:
   host without ncu or a GPU instead of failing; the resolved request, which the result
   store keeps, and the rows' provenance say which. A staged request keeps its backend: its
   stages choose their own timers.
+- **A backend whose counters are denied.** A request that names ncu (or metrics, which
+  imply it) where the probe finds GPU performance counters denied to this user
+  (`CounterAccess.denied`) gets the first backend that reads none and can run here (cupti,
+  else events), its time metric, and a `fallback` record of what it named, why, and the fix
+  (`counters_fallback`); its result labels every number from that record
+  (rows/fallback.py). Its metric names are still checked, so a typo is refused as before.
+  Where ncu is only missing (counters allowed or unknown), nothing changes: the ncu
+  preflight refuses the request and says how to install it, since that is a fix the caller
+  can make and the request asked for ncu by name.
 - **A GPU MODE task's tests.** A reference ``ref_kernel`` beside a ``task.yml`` is a task
   of gpu-mode/reference-kernels: without `configs`, the request runs the task's ``tests``
   then its ``benchmarks`` (each a keyword dict for ``generate_input``; duplicates once);
@@ -20,15 +29,24 @@ a library caller gets the same request; a request already resolved comes back un
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nsight_core.collectors import BACKEND_ORDER
+from nsight_core.collectors import BACKEND_ORDER, get_backend
 from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.counters import COUNTERS_DENIED, COUNTERS_FIX
 from nsight_core.host.report import EnvironmentReport
 from nsight_core.plan.config import EngineConfig
-from nsight_core.request import Backend, ProfileRequest, parse_callable_spec, request_workdir
+from nsight_core.request import (
+    DEFAULT_METRIC,
+    Backend,
+    BackendFallback,
+    ProfileRequest,
+    parse_callable_spec,
+    request_workdir,
+)
 
 MAX_TIME_LIMIT_S = float(
     next(m.le for m in ProfileRequest.model_fields["time_limit_s"].metadata if hasattr(m, "le"))
@@ -38,9 +56,46 @@ TASK_FILE = "task.yml"
 TASK_REFERENCE = "ref_kernel"
 
 
-def pick_backend(report: EnvironmentReport) -> Backend:
-    """The first backend of `BACKEND_ORDER` that can run here (events runs anywhere)."""
-    return next((b for b in BACKEND_ORDER if report.backend(b).available), "events")
+def pick_backend(report: EnvironmentReport, *, counters: bool = True) -> Backend:
+    """The first backend of `BACKEND_ORDER` that can run here (events runs anywhere); with
+    ``counters=False``, the first of those that reads no GPU performance counters."""
+    return next(
+        (
+            b
+            for b in BACKEND_ORDER
+            if report.backend(b).available and (counters or not get_backend(b).reads_counters)
+        ),
+        "events",
+    )
+
+
+def counters_fallback(
+    request: ProfileRequest, report: EnvironmentReport, config: EngineConfig
+) -> dict[str, Any]:
+    """What changes in a request whose backend reads counters this host denies (module
+    docstring); nothing where it reads none (a request resolved so already among them).
+    A `fallback` record only goes with a backend that reads none: beside one that reads
+    counters it is dropped, or made again from this host's report."""
+    named = get_backend(request.backend)
+    if not named.reads_counters:
+        return {}
+    if not report.counters.denied():
+        return {} if request.fallback is None else {"fallback": None}
+    named.check_metric_names(request.metrics, config)
+    detail = report.counters.detail
+    return {
+        "backend": pick_backend(report, counters=False),
+        # The answering backend's time, under the name every backend takes for its own.
+        "metrics": [DEFAULT_METRIC],
+        # Only a replaying profiler has other replay modes; the backends that answer refuse them.
+        "kernels": request.kernels.model_copy(update={"replay_mode": "kernel"}),
+        "fallback": BackendFallback(
+            backend=request.backend,
+            metrics=list(request.metrics),
+            reason=f"{COUNTERS_DENIED} ({detail})" if detail else COUNTERS_DENIED,
+            fix=COUNTERS_FIX,
+        ),
+    }
 
 
 def task_file(request: ProfileRequest) -> Path | None:
@@ -111,17 +166,18 @@ def resolve_defaults(
     probe: Callable[[], EnvironmentReport] | None = None,
 ) -> ProfileRequest:
     """``request`` with what it leaves out filled in (module docstring); ``probe`` is the
-    environment report to pick a backend from (default: the host ``config`` describes, as
-    its jobs will find it, cached)."""
+    environment report to pick a backend from and to tell denied counters by (default: the
+    host ``config`` describes, as its jobs will find it, cached)."""
     update: dict[str, Any] = {}
     given = request.model_fields_set
-    if not {"backend", "metrics"} & given and request.stages is None:
-        if probe is None:
-            from nsight_core.host.probe import probe_environment  # lazy: probes only when asked
+    if probe is None:
+        from nsight_core.host.probe import probe_environment  # lazy: probes only when asked
 
-            update["backend"] = pick_backend(probe_environment(config))
-        else:
-            update["backend"] = pick_backend(probe())
+        probe = functools.partial(probe_environment, config)
+    if request.stages is None and not {"backend", "metrics"} & given:
+        update["backend"] = pick_backend(probe())
+    elif request.stages is None and get_backend(request.backend).reads_counters:
+        update.update(counters_fallback(request, probe(), config))
     path = task_file(request) if "configs" not in given or "time_limit_s" not in given else None
     if path is not None:
         task = read_task(path)
@@ -138,4 +194,4 @@ def resolve_defaults(
     return ProfileRequest.model_validate({**data, **update})
 
 
-__all__ = ["pick_backend", "read_task", "resolve_defaults", "task_file"]
+__all__ = ["counters_fallback", "pick_backend", "read_task", "resolve_defaults", "task_file"]

@@ -11,7 +11,8 @@ are computed here (aggregate.py), and what the judge found suspect is applied to
   named (a fallback to the reference looks like any other candidate otherwise).
 
 `finish_result` (`rows.provenance`) is the one finishing step of request jobs and `@kernel`
-jobs.
+jobs. A request that another backend answered where its own could not read counters is
+labelled last (`rows.fallback`).
 
 The result's message is built from the failures recorded (`rows.failures` tells each in
 words), never from a fixed sentence, and a failure of the reference (or the input maker)
@@ -61,6 +62,7 @@ from nsight_core.rows.failures import (
     reference_failure,
     user_frame,
 )
+from nsight_core.rows.fallback import answered_instead, labelled
 from nsight_core.rows.gpu_state import apply_gpu_states
 from nsight_core.rows.provenance import finish_result, with_waits
 from nsight_core.rows.runs import JobRun
@@ -461,6 +463,7 @@ def assemble_result(
     # Configs whose check cannot tell work from no work (judge/discrimination.py).
     rows = blind_rows(rows, run.events.checks)
     comparisons = blind_comparisons(comparisons, run.events.checks)
+    rows, comparisons = labelled(request, rows, comparisons, values, ctx)  # another backend's
     correctness = correctness_of(request, run.events.checks)
     ref = reference_failure(request, failures)
     error = _job_error(run, failures, ref)
@@ -492,4 +495,5 @@ def assemble_result(
         correctness=correctness,
         diagnosed=diagnosed,
     )
-    return no_candidate_passed(request, result)
+    # Last, so that its word on another backend leads whatever message was made above.
+    return answered_instead(request, no_candidate_passed(request, result))

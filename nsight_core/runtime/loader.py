@@ -36,8 +36,8 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from nsight_core.errors import ErrorClass, NsightCoreError
-from nsight_core.request import parse_callable_spec
 from nsight_core.runtime import formats
+from nsight_core.runtime.callable_spec import parse_callable_spec
 
 CONFINED_HINT = (
     "a job's processes may read only the workdir, the folders of the files the request "

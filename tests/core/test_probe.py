@@ -10,7 +10,9 @@ import pytest
 
 from nsight_core.collectors import BACKEND_ORDER, BACKENDS, get_backend
 from nsight_core.collectors.base import HostFacts
+from nsight_core.collectors.ncu import classify_ncu_failure
 from nsight_core.host import probe
+from nsight_core.host.counters import COUNTERS_FIX, COUNTERS_URL
 from nsight_core.host.probe import (
     CounterAccess,
     GpuInfo,
@@ -101,7 +103,9 @@ def test_counter_params_file_is_read(tmp_path: Path) -> None:
     assert probe.read_profiling_admin_only(tmp_path / "missing") is None
 
 
-def _remediation_for(counters: CounterAccess, report_ok: bool = True) -> list[str]:
+def _facts_with(counters: CounterAccess, report_ok: bool = True) -> HostFacts:
+    """An H200 host's facts with ``counters``: an ncu 2025.3, the report reader (or not), no
+    cupti-python, no framework."""
     gpu = [GpuInfo(index=0, name="NVIDIA H200", compute_capability="9.0", chip="gh100")]
     ncu = [
         NcuInstall(
@@ -115,11 +119,16 @@ def _remediation_for(counters: CounterAccess, report_ok: bool = True) -> list[st
     ]
     rep = PackageStatus(name="ncu-report", installed=report_ok, version="2026.3.1", compatible=True)
     cupti = PackageStatus(name="cupti-python", installed=False, compatible=False, note="missing")
+    return HostFacts(gpu, ncu, rep, cupti, counters, [])
+
+
+def _remediation_for(counters: CounterAccess, report_ok: bool = True) -> list[str]:
+    host = _facts_with(counters, report_ok)
     fixes: list[str] = []
-    host = HostFacts(gpu, ncu, rep, cupti, counters, [])
     for name in BACKEND_ORDER:
         get_backend(name).availability(host, fixes)
-    get_backend("ncu").availability(HostFacts([], [], rep, cupti, counters, []), fixes)
+    no_gpu = HostFacts([], [], host.ncu_report, host.cupti, counters, [])
+    get_backend("ncu").availability(no_gpu, fixes)
     return fixes
 
 
@@ -128,6 +137,11 @@ def test_restricted_counters_point_at_admins_and_other_backends_never_at_driver_
     fixes = _remediation_for(restricted)
     text = " ".join(fixes).lower()
     assert "administrator" in text and "events" in text
+    # The cheapest fix, in the words a request naming ncu is answered with there
+    # (request_defaults) and ncu's refusal at run time gives (ncu.classify_ncu_failure).
+    assert any(COUNTERS_FIX in f for f in fixes) and COUNTERS_URL in COUNTERS_FIX
+    hint = classify_ncu_failure(1, "==ERROR== ERR_NVGPUCTRPERM - no permission", False, metrics=[])
+    assert hint is not None and COUNTERS_FIX in hint.hint
     for word in FORBIDDEN:
         assert word not in text
     denied = CounterAccess(rm_profiling_admin_only=0, is_admin=False, deep_test="permission_denied")
@@ -147,3 +161,34 @@ def test_every_backend_says_whether_it_runs_here_in_the_order_of_preference() ->
     report = probe.probe_environment(EngineConfig.from_env(), refresh=True)
     assert [b.name for b in report.backends] == list(BACKEND_ORDER)
     assert report.backend("events").available  # it runs anywhere, the host clock at least
+
+
+@pytest.mark.parametrize(
+    ("admin_only", "is_admin", "deep_test", "denied"),
+    [
+        (1, False, "not_run", True),  # the driver keeps counters for admins; this user is none
+        (1, True, "not_run", False),
+        (1, False, "passed", False),  # the user holds the capability some other way
+        (0, False, "permission_denied", True),  # ncu itself was refused
+        (None, False, "not_run", False),  # unreadable: not known to be denied
+        (0, False, "not_run", False),
+    ],
+)
+def test_counters_are_denied_where_the_driver_or_a_real_test_says_so(
+    admin_only: int | None, is_admin: bool, deep_test: str, denied: bool
+) -> None:
+    counters = CounterAccess.model_validate(
+        {"rm_profiling_admin_only": admin_only, "is_admin": is_admin, "deep_test": deep_test}
+    )
+    assert counters.denied() is denied
+    assert get_backend("ncu").availability(_facts_with(counters), []).available is not denied
+
+
+def test_a_deep_report_answers_a_shallow_question_first() -> None:
+    """It knows more (whether ncu read counters), and a request naming ncu is resolved by
+    what the shallow question gets (request_defaults)."""
+    config = EngineConfig.from_env()
+    shallow = probe_environment(config, refresh=True)
+    deep = probe_environment(config, deep=True, refresh=True)
+    assert deep.deep and not shallow.deep
+    assert probe_environment(config) is deep

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from nsight_core.errors import NsightCoreError
+from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.host.counters import COUNTERS_DENIED, COUNTERS_FIX
 from nsight_core.host.probe import probe_environment
-from nsight_core.host.report import EnvironmentReport
+from nsight_core.host.report import CounterAccess, EnvironmentReport, PackageStatus
 from nsight_core.plan.config import EngineConfig
 from nsight_core.plan.request_defaults import pick_backend, resolve_defaults
-from nsight_core.request import ProfileRequest
+from nsight_core.request import DEFAULT_METRIC, BackendFallback, ProfileRequest
+from nsight_core.stages import preflight_request
+from tests.host_reports import ALLOWED, DENIED, NO_CUPTI, gpu_host_report
+
+DRAM = "dram__bytes_read.sum"
 
 TASK = """
 tests:
@@ -88,3 +94,80 @@ def test_a_task_file_that_is_not_a_list_of_dicts_is_refused_by_name(tmp_path: Pa
     request = _request(_task(tmp_path, "tests: [\n"), backend="events")
     with pytest.raises(NsightCoreError, match="could not be read as YAML"):
         resolve_defaults(request, EngineConfig.from_env())
+
+
+def _host(
+    counters: CounterAccess, *, ncu: bool = True, cupti: PackageStatus = NO_CUPTI
+) -> EngineConfig:
+    """This host's settings, seeing the H100 host that `gpu_host_report` makes."""
+    here = probe_environment(EngineConfig.from_env())
+    report = gpu_host_report(here, counters, ncu=ncu, cupti=cupti)
+    return dataclasses.replace(EngineConfig.from_env(), environment=report)
+
+
+def test_a_request_naming_ncu_where_counters_are_denied_is_answered_by_one_that_reads_none(
+    tmp_path: Path,
+) -> None:
+    config = _host(DENIED)
+    assert config.environment is not None and not config.environment.backend("ncu").available
+    request = _request(tmp_path, backend="ncu", metrics=[DEFAULT_METRIC, DRAM])
+    resolved = resolve_defaults(request, config)
+    assert (resolved.backend, resolved.metrics) == ("events", [DEFAULT_METRIC])
+    assert resolved.fallback == BackendFallback(
+        backend="ncu",
+        metrics=[DEFAULT_METRIC, DRAM],
+        reason=f"{COUNTERS_DENIED} (RmProfilingAdminOnly: 1)",
+        fix=COUNTERS_FIX,
+    )
+    assert resolve_defaults(resolved, config) == resolved  # resolved once: the same again
+    # Metrics alone name ncu too; cupti, where it works, comes before events.
+    cupti = PackageStatus(name="cupti-python", installed=True, version="13.0.1", compatible=True)
+    with_cupti = resolve_defaults(_request(tmp_path, metrics=[DRAM]), _host(DENIED, cupti=cupti))
+    assert with_cupti.backend == "cupti" and with_cupti.fallback is not None
+    assert with_cupti.fallback.metrics == [DRAM]
+    # An ncu-only replay mode goes with ncu; the answering backend times each call once.
+    ranged = _request(tmp_path, backend="ncu", kernels={"replay_mode": "range"})
+    assert resolve_defaults(ranged, config).kernels.replay_mode == "kernel"
+    for name in ("reference.py", "sub.py"):
+        (tmp_path / name).write_text("def ref_kernel(d):\n    return d\n")
+    preflight_request(resolved, config=config)  # the answering backend takes it as it is
+
+
+def test_a_metric_name_known_to_be_wrong_is_refused_even_where_counters_are_denied(
+    tmp_path: Path,
+) -> None:
+    request = _request(tmp_path, backend="ncu", metrics=[DEFAULT_METRIC, "dram__bytes_reed.sum"])
+    with pytest.raises(NsightCoreError) as err:
+        resolve_defaults(request, _host(DENIED))
+    assert err.value.error_class is ErrorClass.INVALID_METRIC
+
+
+def test_where_counters_are_allowed_a_request_naming_ncu_is_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    config = _host(ALLOWED)
+    assert config.environment is not None and config.environment.backend("ncu").available
+    request = _request(tmp_path, backend="ncu", metrics=[DEFAULT_METRIC, DRAM])
+    assert resolve_defaults(request, config) is request
+    # A record of a fallback beside ncu says nothing true here: it is dropped.
+    stale = request.model_copy(
+        update={"fallback": BackendFallback(backend="ncu", metrics=[DRAM], reason="r", fix="f")}
+    )
+    assert resolve_defaults(stale, config).fallback is None
+
+
+def test_where_ncu_is_missing_and_counters_are_allowed_naming_ncu_is_still_refused(
+    tmp_path: Path,
+) -> None:
+    """Installing ncu is a fix the caller can make: the request that named it is refused
+    with it, as before, rather than answered by another backend."""
+    (tmp_path / "bin").mkdir()
+    config = dataclasses.replace(_host(ALLOWED, ncu=False), ncu="", path=str(tmp_path / "bin"))
+    assert config.environment is not None
+    assert config.environment.backend("ncu").reason == "no ncu found"
+    request = _request(tmp_path, backend="ncu", metrics=[DEFAULT_METRIC, DRAM])
+    resolved = resolve_defaults(request, config)
+    assert resolved is request and resolved.fallback is None
+    with pytest.raises(NsightCoreError) as err:
+        preflight_request(resolved, config=config)
+    assert err.value.error_class is ErrorClass.PROFILER_ERROR
