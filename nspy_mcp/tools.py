@@ -17,7 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from nsight_core.errors import NsightCoreError
+from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.catalog import MetricsValidation
 from nsight_core.host.catalog import validate_metrics as catalog_validate_metrics
 from nsight_core.host.probe import EnvironmentReport, probe_environment
@@ -142,6 +142,15 @@ async def profile_candidates(
     call kills the job. A refused request says what to change; nothing was queued.
     """
     state = state_of(ctx)
+    if request.fallback is not None:  # resolution's own record: a caller's would mislabel rows
+        raise tool_error(
+            NsightCoreError(
+                ErrorClass.INVALID_REQUEST,
+                "`fallback` is the server's record of a backend this host could not run; "
+                "a request does not set it",
+                "drop `fallback` and name the backend (and metrics) to run",
+            )
+        )
     try:
         job = await state.jobs.submit(request)
     except NsightCoreError as err:

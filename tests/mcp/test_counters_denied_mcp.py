@@ -159,3 +159,23 @@ async def test_ncu_missing_where_counters_are_allowed_is_refused_as_before(
     assert first.type == "text" and first.text.startswith("profiler_error")
     assert "no ncu on PATH" in first.text and "install Nsight Compute" in first.text
     assert listing["results"] == []
+
+
+async def test_a_caller_cannot_set_the_fallback_record(tmp_path: Path) -> None:
+    """The record labels every number of the answer: set by a caller beside another
+    backend, it would say ncu was asked for where it was not. Refused; nothing queued."""
+    request = {
+        **_request(tmp_path),
+        "backend": "events",
+        "metrics": [DEFAULT_METRIC],
+        "fallback": {"backend": "ncu", "metrics": [DRAM], "reason": "x", "fix": "y"},
+    }
+    async with Client(build_server(tmp_path / "store")) as client:
+        with anyio.fail_after(60):
+            answer = await client.call_tool("profile_candidates", {"request": request})
+            listing = structured(await client.call_tool("read_results", {}))
+    assert answer.is_error
+    first = answer.content[0]
+    assert first.type == "text" and first.text.startswith("invalid_request")
+    assert "drop `fallback`" in first.text
+    assert listing["results"] == []
