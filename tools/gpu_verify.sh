@@ -17,6 +17,8 @@
 #   probe      42, item 4: the softmax bias split by the bench job's shape
 #   aa         42, item 2: identical code on the GPU, 40 comparisons per backend
 #   ceilings   45, item 3: calibration, and check_environment(deep) through the MCP client
+#   counters   45, item 5: counters denied for real (the server as user nobody, where the
+#              driver keeps counters for administrators)
 #   trust-events, trust-cupti   43: the catalogue under the in-process timers
 #   kb         43, class 7: KernelBench's adversarial kernels on every backend
 #              (needs KERNELBENCH_REPO: a KernelBench checkout, carried to the host)
@@ -30,7 +32,7 @@ OUT="${OUT:-/tmp}"
 mkdir -p "$OUT"
 NSPY_GPU_SETUP_ONLY=1 source tools/gpu_check.sh "${NSPY_WHEELHOUSE:-.whl}"
 
-ALL=(soak trust-ncu probe aa ceilings trust-events trust-cupti kb stages softmax suite)
+ALL=(soak trust-ncu probe aa ceilings counters trust-events trust-cupti kb stages softmax suite)
 steps=("$@")
 [ "${#steps[@]}" -gt 0 ] || steps=("${ALL[@]}")
 failed=()
@@ -50,6 +52,7 @@ run_step() {
             --metric-set bench --shapes bench --mcp ;;
         aa) limit 540 "$PY" tools/bench/bench_aa.py --jobs 20 --json "$OUT/aa.json" ;;
         ceilings) pytest_gpu 300 tests/gpu/test_ceilings_gpu.py ;;
+        counters) pytest_gpu 300 -rs tests/gpu/test_counters_denied_gpu.py ;;
         kb)
             if [ -z "${KERNELBENCH_REPO:-}" ]; then
                 echo "kb: KERNELBENCH_REPO is not set (a KernelBench checkout): skipped"
