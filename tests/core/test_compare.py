@@ -192,6 +192,32 @@ def test_torch_and_numpy_paths_give_the_same_verdict_on_the_same_values() -> Non
     assert host.max_rel_error == pytest.approx(device.max_rel_error)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_finite_chunks_get_the_numbers_the_device_rules_give(dtype: Any) -> None:
+    """The host's shorter path for all-finite chunks (`_LeafStats._feed_finite`) against the
+    torch rules, written apart: every number equal, not merely close."""
+    rng = np.random.default_rng(11)
+    for trial in range(20):
+        expected = rng.standard_normal((37, 129)).astype(dtype)
+        expected[rng.random(expected.shape) < 0.05] = 0  # |expected| = 0: no relative error
+        noise = rng.standard_normal(expected.shape) * 10.0 ** -rng.integers(2, 6)
+        actual = (expected + noise).astype(dtype)
+        actual[rng.random(expected.shape) < 0.1] = expected[0, 0]  # some far off
+        for atol, rtol in [(None, None), (1e-3, 1e-3), (0.0, 0.0)]:
+            host = compare_outputs(expected, actual, atol=atol, rtol=rtol)
+            device = compare_outputs(
+                torch.from_numpy(expected), torch.from_numpy(actual), atol=atol, rtol=rtol
+            )
+            got = (host.mismatch_count, host.first_bad_index, host.max_abs_error)
+            assert got == (
+                device.mismatch_count,
+                device.first_bad_index,
+                device.max_abs_error,
+            ), (trial, atol, rtol)
+            assert host.max_rel_error == device.max_rel_error
+            assert host.passed == device.passed
+
+
 def test_importing_compare_does_not_import_numpy_or_torch() -> None:
     code = (
         "import sys, nsight_core.runtime.compare\n"
