@@ -24,6 +24,8 @@
 #              (needs KERNELBENCH_REPO: a KernelBench checkout, carried to the host)
 #   stages     43: the staging cost constants refitted (bench_stages prints them)
 #   softmax    42/44: the bench (agreement with raw ncu, speed, the judge's share)
+#   judge      the judge's share, by step (tools/profile_judge.py; needs py-spy's wheel in
+#              the wheelhouse: its docstring says how)
 #   suite      44: the whole GPU suite
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,7 @@ OUT="${OUT:-/tmp}"
 mkdir -p "$OUT"
 NSPY_GPU_SETUP_ONLY=1 source tools/gpu_check.sh "${NSPY_WHEELHOUSE:-.whl}"
 
-ALL=(soak trust-ncu probe aa ceilings counters trust-events trust-cupti kb stages softmax suite)
+ALL=(soak trust-ncu probe aa ceilings counters trust-events trust-cupti kb stages softmax judge suite)
 steps=("$@")
 [ "${#steps[@]}" -gt 0 ] || steps=("${ALL[@]}")
 failed=()
@@ -62,6 +64,7 @@ run_step() {
         stages) limit 540 "$PY" tools/bench/bench_stages.py --json "$OUT/stages.json" ;;
         softmax) limit 540 "$PY" tools/bench/bench_softmax.py --sessions 2 --repeats 2 \
             --think 3 --json "$OUT/softmax.json" ;;
+        judge) limit 540 "$PY" tools/profile_judge.py --backend ncu ;;
         suite) pytest_gpu 570 ;;
         *) echo "unknown step '$1' (steps: ${ALL[*]})"; return 2 ;;
     esac

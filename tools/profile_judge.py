@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.inner:
         return inner(args)
-    spy = shutil.which("py-spy")
+    # `pip install --target DIR` (tools/gpu_check.sh) puts its scripts in DIR/bin, off PATH.
+    found = [Path(d) / "bin" / "py-spy" for d in sys.path if d]
+    spy = shutil.which("py-spy") or next((str(f) for f in found if f.is_file()), None)
     if spy is None:
         raise SystemExit("py-spy is not installed: pip install py-spy (see this tool's docstring)")
     with tempfile.TemporaryDirectory(prefix="nspy-spy-") as tmp:
