@@ -30,6 +30,7 @@ from mcp import Client, StdioServerParameters
 
 from nsight_core.host.counters import COUNTERS_FIX, read_profiling_admin_only
 from nsight_core.request import DEFAULT_METRIC
+from tests.mcp.test_counters_denied_mcp import CANDIDATE
 from tests.mcp.test_server import structured
 
 pytestmark = [pytest.mark.gpu, pytest.mark.anyio]
@@ -46,14 +47,6 @@ def make_inputs(rows, cols):
 
 def softmax(x):
     return torch.softmax(x, dim=1)
-"""
-CANDIDATE = """
-import torch
-
-
-def softmax(x):
-    e = (x - x.amax(dim=1, keepdim=True)).exp()
-    return e / e.sum(dim=1, keepdim=True)
 """
 
 

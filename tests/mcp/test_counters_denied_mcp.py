@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.types import CallToolResult
 
 from nsight_core.host.counters import COUNTERS_DENIED, COUNTERS_FIX
 from nsight_core.host.probe import probe_environment
@@ -28,6 +27,7 @@ from nsight_core.plan.config import EngineConfig
 from nsight_core.request import DEFAULT_METRIC
 from nspy_mcp.server import build_server
 from tests.host_reports import ALLOWED, DENIED, gpu_host_report
+from tests.mcp.test_server import structured
 
 pytestmark = [pytest.mark.anyio]
 
@@ -75,12 +75,6 @@ def _request(work: Path) -> dict[str, Any]:
         "runs": 3,
         "diagnose": True,  # its bound reads counters too: each diagnosis says why it has none
     }
-
-
-def structured(result: CallToolResult) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return dict(result.structured_content)
 
 
 async def test_counters_denied_ncu_is_answered_by_events_and_every_number_says_so(
