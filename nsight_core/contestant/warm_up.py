@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 
 from nsight_core.collectors.events import Device, sync_all
-from nsight_core.collectors.timers import CallTimer, call_timer
+from nsight_core.collectors.timers import CallTimer, call_timer, timer_class
 from nsight_core.contestant.triton_prep import TritonPrep
 from nsight_core.runtime.check import aliased, mutated, snapshot_inputs
 from nsight_core.runtime.early_cuda import EarlyCuda
@@ -71,7 +71,7 @@ class Steps:
 
     @classmethod
     def plan(cls, *, prestarted: bool, timer_kind: str) -> Steps:
-        external = timer_kind == "range"
+        external = timer_class(timer_kind).external  # a profiler outside reads this process
         return cls(
             prime=external,
             frameworks=PRESTART_FRAMEWORKS if prestarted else FRAMEWORKS,
