@@ -29,7 +29,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Literal
 
-from nsight_core.errors import ErrorClass, NsightCoreError
+from nsight_core.exceptions import NCUNotAvailableError
 from nsight_core.plan.config import NCU_ENV, EngineConfig
 from nsight_core.processes.sandbox import run_command
 
@@ -86,11 +86,10 @@ class NcuDiscovery:
     """What to do about ``problem``."""
 
     def require(self) -> str:
-        """The ncu to run; raises NsightCoreError(PROFILER_ERROR) saying why there is none."""
+        """The ncu to run; raises `NCUNotAvailableError` (PROFILER_ERROR) saying why there is
+        none, by a type callers can tell apart without reading its words."""
         if self.used is None:
-            raise NsightCoreError(
-                ErrorClass.PROFILER_ERROR, self.problem or "no ncu found", self.hint
-            )
+            raise NCUNotAvailableError(self.problem or "no ncu found", self.hint)
         return self.used
 
 
@@ -140,7 +139,7 @@ def find_ncu(config: EngineConfig) -> str | None:
 
 
 def require_ncu(config: EngineConfig) -> str:
-    """The ncu to use; raises NsightCoreError(PROFILER_ERROR) with the probe's reason."""
+    """The ncu to use; raises `NCUNotAvailableError` (PROFILER_ERROR) with the probe's reason."""
     return discover_ncu(config).require()
 
 

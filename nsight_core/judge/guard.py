@@ -36,6 +36,7 @@ _OWN_MODULES = (
     "nsight_core.judge.calls",
     "nsight_core.judge.config_run",
     "nsight_core.runtime.compare",
+    "nsight_core.runtime.compare_values",
     "nsight_core.runtime.check",
     "nsight_core.runtime.exchange",
     "nsight_core.runtime.slot_bytes",

@@ -16,7 +16,6 @@ from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.exceptions import (
     InvalidMetricsError,
     KernelCountError,
-    NCUNotAvailableError,
     ProfilerException,
 )
 from nsight_core.host.catalog import validate_metrics
@@ -45,12 +44,6 @@ def nsight_error(err: NsightCoreError, metrics: Sequence[str]) -> NsightCoreErro
         return InvalidMetricsError(bad, err.message)
     if err.error_class is ErrorClass.NO_KERNELS:
         return KernelCountError(err.message, err.hint, ErrorClass.NO_KERNELS)
-    if (
-        err.error_class is ErrorClass.PROFILER_ERROR
-        and "ncu" in err.message
-        and ("not found" in err.message or "no ncu" in err.message)
-    ):
-        return NCUNotAvailableError(err.message, err.hint)
     return ProfilerException(err.message, err.error_class, err.hint)
 
 

@@ -229,6 +229,7 @@ def test_record_catalogs_runs_on_a_bare_host_with_only_the_stdlib(tmp_path: Path
     assert modules.split() == [
         "nsight_core",
         "nsight_core.errors",
+        "nsight_core.exceptions",  # stdlib-only: NCUNotAvailableError, which discovery raises
         "nsight_core.host",
         "nsight_core.host.catalog_format",  # stdlib-only; catalog itself fails on pydantic
         "nsight_core.host.ncu_install",
