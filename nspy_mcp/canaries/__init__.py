@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from nsight_core.collectors import BACKEND_ORDER
 from nsight_core.host.report import CanaryCheck, EnvironmentReport
 from nsight_core.pipeline import run_profile_job
 from nsight_core.plan.config import EngineConfig
@@ -62,8 +63,8 @@ CASES = Path(__file__).resolve().parent / "cases"
 REFERENCE = "reference.py:softmax"
 INPUTS = "reference.py:make_inputs"
 """A folder's reference and input maker where its `reference.py` header names none."""
-BACKENDS: tuple[Backend, ...] = ("ncu", "cupti", "events")
-"""In the order the environment report lists backends."""
+BACKENDS: tuple[Backend, ...] = BACKEND_ORDER
+"""In the order the environment report lists backends (the registry's order)."""
 
 RUNS = 3
 """Timed runs per candidate: enough for every guard that watches timed calls (probes fall
