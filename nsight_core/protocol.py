@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.errors import ErrorClass
 from nsight_core.request import ProfileRequest
+from nsight_core.runtime.callable_spec import ResolvedSpec
 from nsight_core.runtime.files import CONTESTANT_SOCKET as CONTESTANT_SOCKET
 from nsight_core.runtime.files import MAX_REPLY_BYTES as MAX_REPLY_BYTES
 from nsight_core.runtime.files import READY_FILE as READY_FILE
@@ -178,6 +179,9 @@ class JobSpec(_Msg):
     workdir: str = Field(description="Directory to chdir into and resolve relative paths against.")
     source_file: str | None = Field(None, description="Where the inline source was written.")
     reference_source_file: str | None = Field(None, description="Where the inline reference was.")
+    callables: dict[str, ResolvedSpec] = Field(default_factory=dict)
+    """A request job's callables (reference, input maker, candidates) by spec, as its plan
+    resolved them: the judge and the contestant import these and derive no file again."""
     seed: int = 0
     """Seeds the `@kernel` mode's RNGs; request jobs ignore it (the judge draws its own)."""
     confine: Literal["on", "off"] = "off"

@@ -156,7 +156,8 @@ class Contestant:
         for spec in specs:
             home = ref_source if spec == self.job.annotations[0] and ref_source else source
             try:
-                self.fns[spec] = load_callable(spec, workdir=workdir, source_file=home)
+                named = self.job.callables[spec]
+                self.fns[spec] = load_callable(named, workdir=workdir, source_file=home)
             except Exception as exc:
                 failures.append(failure_event(spec, "import", exc))
             else:

@@ -62,7 +62,7 @@ from nsight_core.processes.sandbox import (
 )
 from nsight_core.processes.seat import Seat
 from nsight_core.protocol import EVENTS_FILE, DoneEvent, EndEvent, FailureEvent, JobSpec
-from nsight_core.request import ProfileRequest, named_files, parse_callable_spec
+from nsight_core.request import ProfileRequest
 from nsight_core.runtime.loader import load_callable
 from nsight_core.runtime.messages import ContestantJob, ExitMsg
 from nsight_core.runtime.process import (
@@ -131,6 +131,7 @@ class Judge:
             shutil.copyfile(self.job.reference_source_file, ref_source)
         cjob = ContestantJob(
             annotations=self.req.annotations,
+            callables={a: self.job.callables[a] for a in self.req.annotations},
             workdir=self.job.workdir,
             source_file=str(source) if source else None,
             reference_source_file=str(ref_source) if ref_source else None,
@@ -155,10 +156,13 @@ class Judge:
         the named file in it is (a candidate at /tmp/v1.py must not read /tmp)."""
         held = [p.resolve() for p in (self._private, self.arena.directory, self.job_dir)]
         reads = set()
-        for f in named_files(self.req, Path(self.job.workdir)):
-            folder = f.path.parent
+        for named in self.job.callables.values():
+            if named.path is None:
+                continue
+            path = Path(named.path)
+            folder = path.parent
             broad = any(folder == h or folder in h.parents for h in held)
-            reads.add(str(f.path if broad else folder))
+            reads.add(str(path if broad else folder))
         return sorted(reads)
 
     def load_trusted(self) -> JobExit | None:
@@ -168,10 +172,10 @@ class Judge:
         src = self.job.reference_source_file or self.job.source_file
         source = Path(src) if src else None
         workdir = Path(self.job.workdir)
-        self._guard_candidates(workdir)
+        self._guard_candidates()
         for role, spec in (("reference", self.req.reference), ("inputs", self.req.inputs)):
             try:
-                fn = load_callable(spec, workdir=workdir, source_file=source)
+                fn = load_callable(self.job.callables[spec], workdir=workdir, source_file=source)
             except Exception as exc:
                 ev = failure_event(spec, "import", exc)
                 self.events.emit(ev)
@@ -184,15 +188,17 @@ class Judge:
                 self.configs.maker = fn
         return self.tools_intact("importing the reference and the input maker")
 
-    def _guard_candidates(self, workdir: Path) -> None:
-        files = [f.path for f in named_files(self.req, workdir) if f.role == "candidate"]
+    def _guard_candidates(self) -> None:
+        files: list[Path] = []
         modules = []
         for spec in self.req.candidates:
-            file, module, _ = parse_callable_spec(spec)
-            if file is None and module is None and self.job.source_file:
+            named = self.job.callables[spec]
+            if named.path is not None:
+                files.append(Path(named.path))
+            elif named.module is not None:
+                modules.append(named.module)
+            elif self.job.source_file:
                 files.append(Path(self.job.source_file))
-            elif module is not None:
-                modules.append(module)
         CandidateImportGuard(files, modules).install()
 
     def tools_intact(self, when: str) -> JobExit | None:

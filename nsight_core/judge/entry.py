@@ -85,6 +85,8 @@ def _read_job(job_dir: Path, spec: LaunchSpec) -> JobSpec | str:
         return f"bad job file: {exc}"
     if job.request is None or job.launch is None or job.settings is None:
         return "not a request job (no request, launch settings or job settings)"
+    if set(job.callables) != {job.request.inputs, *job.request.annotations}:
+        return "the job's resolved callables are not the request's"
     if job.launch != spec:
         return "the job's settings differ from this judge's"
     return job

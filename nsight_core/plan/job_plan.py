@@ -25,6 +25,7 @@ from nsight_core.processes.launch import CONTESTANT_ENV_PREFIX
 from nsight_core.processes.sandbox import default_memory_limit, landlock_abi
 from nsight_core.protocol import JobSpec, LaunchSpec
 from nsight_core.request import ProfileRequest, request_workdir
+from nsight_core.runtime.callable_spec import ResolvedSpec, resolve_spec
 from nsight_core.settings import JobSettings
 
 JUDGE_GRACE_S = 30.0
@@ -50,6 +51,9 @@ class JobPlan:
     job_dir: Path
     workdir: Path
     """Where relative names resolve and the candidates run (the request's, else the cwd)."""
+    callables: dict[str, ResolvedSpec]
+    """The reference, the input maker and the candidates, each spec resolved against the
+    workdir once: what the judge and the contestant import."""
     source_file: Path | None
     """The inline ``source`` written into the job directory (`write_source`), if any."""
     reference_source_file: Path | None
@@ -74,6 +78,7 @@ class JobPlan:
             reference_source_file=(
                 str(self.reference_source_file) if self.reference_source_file else None
             ),
+            callables=self.callables,
             confine=self.confine,
             launch=self.launch,
             settings=self.settings.wire(),
@@ -99,6 +104,7 @@ def plan_job(
     settings = dataclasses.replace(JobSettings.of_request(request), gpu=gpu)
     backend = get_backend(request.backend)
     limit = settings.time_limit_s
+    workdir = request_workdir(request)
     return JobPlan(
         request=request,
         settings=settings,
@@ -106,7 +112,11 @@ def plan_job(
         launch=settings.launch(cuda_ipc=config.cuda_ipc),
         confine=confinement(config),
         job_dir=job_dir,
-        workdir=request_workdir(request),
+        workdir=workdir,
+        callables={
+            spec: resolve_spec(spec, workdir)
+            for spec in dict.fromkeys([request.reference, request.inputs, *request.candidates])
+        },
         source_file=job_dir / INLINE_SOURCE if request.source is not None else None,
         reference_source_file=(
             job_dir / INLINE_REFERENCE if request.reference_source is not None else None

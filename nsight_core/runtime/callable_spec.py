@@ -3,12 +3,16 @@
 
 Here, beside the loader (runtime/loader.py) that imports what a spec names in the judge and
 the contestant, rather than in the request models: `nsight_core.request` re-exports both
-names for the server's side.
+names for the server's side. A job's plan resolves each spec once (`resolve_spec`: its
+file made absolute against the workdir) and hands the judge and the contestant the
+`ResolvedSpec`s, so neither derives a spec's file again.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 
 def parse_callable_spec(spec: str) -> tuple[str | None, str | None, str]:
@@ -44,3 +48,28 @@ def default_inputs(reference: str) -> str:
     name = "generate_input" if attr.rpartition(".")[2] == "ref_kernel" else "get_inputs"
     where = file or module
     return f"{where}:{name}" if where else name
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """A spec as its job's plan resolved it: exactly one of ``path`` (the file, absolute),
+    ``module`` (a dotted module name), or neither (a bare name in the inline source)."""
+
+    spec: str
+    """As the request wrote it: what messages name."""
+    path: str | None
+    module: str | None
+    attr: str
+    """The attribute path in the module (``Model.forward``)."""
+
+    @property
+    def file(self) -> str | None:
+        """The file as the spec wrote it (relative to the workdir, or absolute)."""
+        return self.spec.strip().rpartition(":")[0] if self.path is not None else None
+
+
+def resolve_spec(spec: str, workdir: Path) -> ResolvedSpec:
+    """``spec`` resolved against ``workdir``; raises ValueError if malformed."""
+    file, module, attr = parse_callable_spec(spec)
+    path = str((workdir / file).resolve()) if file is not None else None
+    return ResolvedSpec(spec, path, module, attr)

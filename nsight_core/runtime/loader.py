@@ -1,6 +1,6 @@
 """Turn a callable spec into the callable: runs only inside the worker child.
 
-Spec forms (request.py's `parse_callable_spec`): ``path/file.py:name`` (relative to the
+Spec forms (callable_spec.py, resolved once by the job's plan): ``path/file.py:name`` (relative to the
 workdir; the file's directory becomes importable so siblings import), ``package.module:name``
 (imported with the workdir first on ``sys.path``), and a bare ``name`` from the inline
 source file. The name may be a dotted attribute path (``Model.forward``). A KernelBench model class, a
@@ -37,7 +37,7 @@ from typing import Any
 
 from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.runtime import formats
-from nsight_core.runtime.callable_spec import parse_callable_spec
+from nsight_core.runtime.callable_spec import ResolvedSpec, resolve_spec
 
 CONFINED_HINT = (
     "a job's processes may read only the workdir, the folders of the files the request "
@@ -79,14 +79,18 @@ class LoadError(NsightCoreError):
         self.line = line
 
 
-def load_callable(spec: str, *, workdir: Path, source_file: Path | None) -> Callable[..., Any]:
-    """The callable that ``spec`` names; raises `LoadError` saying what to change."""
+def load_callable(
+    named: str | ResolvedSpec, *, workdir: Path, source_file: Path | None
+) -> Callable[..., Any]:
+    """The callable that ``named`` names (a job passes its plan's `ResolvedSpec`; a bare
+    spec is resolved here); raises `LoadError` saying what to change."""
     try:
-        file, module_name, attr = parse_callable_spec(spec)
+        resolved = named if isinstance(named, ResolvedSpec) else resolve_spec(named, workdir)
     except ValueError as exc:
         raise LoadError(ErrorClass.INVALID_REQUEST, str(exc)) from exc
-    if file is not None:
-        module, display = _load_file(workdir / file, spec), f"file {file}"
+    spec, attr, module_name = resolved.spec, resolved.attr, resolved.module
+    if resolved.path is not None:
+        module, display = _load_file(Path(resolved.path), spec), f"file {resolved.file}"
     elif module_name is not None:
         module, display = _import_module(module_name, workdir, spec), f"module {module_name}"
     else:

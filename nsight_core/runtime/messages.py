@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsight_core.protocol import FailureEvent, KernelTiming
+from nsight_core.runtime.callable_spec import ResolvedSpec
 
 
 class _Msg(BaseModel):
@@ -97,6 +98,8 @@ class ContestantJob(_Msg):
     source_file: str | None = None
     reference_source_file: str | None = None
     """The trusted inline source the reference's bare name resolves in, if any."""
+    callables: dict[str, ResolvedSpec]
+    """Each annotation's callable, as the job's plan resolved it (protocol.JobSpec)."""
     child_timer: Literal["range", "clock", "cupti"]
     check_mutation: bool = True
     check_aliasing: bool = True

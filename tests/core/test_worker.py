@@ -27,6 +27,7 @@ from nsight_core.protocol import JobSpec, LaunchSpec, SampleEvent
 from nsight_core.request import ProfileRequest
 from nsight_core.results import ProfileResult
 from nsight_core.rows.runs import read_events
+from nsight_core.runtime.callable_spec import resolve_spec
 from nsight_core.settings import JobSettings
 
 SOURCE = """
@@ -124,6 +125,7 @@ def test_range_timer_loop_reports_one_range_per_call_and_only_checked_candidates
         request=request,
         workdir=str(tmp_path),
         source_file=str(job_dir / "src.py"),
+        callables={s: resolve_spec(s, tmp_path) for s in [request.inputs, *request.annotations]},
         launch=LaunchSpec(backend="test-range", metrics=list(request.metrics)),
         settings=dataclasses.replace(JobSettings.of_request(request), backend="test-range").wire(),
     )
