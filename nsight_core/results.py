@@ -214,6 +214,14 @@ class Comparison(_Model):
     CrossCheck: CrossCheckOf = None
 
 
+def comparison_noted(c: Comparison, reason: str) -> Comparison:
+    """``c`` with ``reason`` among its Reasons, not repeated: `marked`'s rule for a
+    comparison, which has no Trust to raise."""
+    if reason in c.Reasons:
+        return c
+    return c.model_copy(update={"Reasons": [*c.Reasons, reason]})
+
+
 class Correctness(_Model):
     """The correctness verdict of one candidate on one config, over all seeds."""
 

@@ -36,7 +36,7 @@ from nsight_core.errors import ErrorClass, NsightCoreError
 from nsight_core.host.report import BackendStatus
 from nsight_core.plan.config import EngineConfig
 from nsight_core.protocol import RunKey, SampleEvent
-from nsight_core.results import Failure, Row
+from nsight_core.results import Failure, Row, marked
 from nsight_core.settings import JobSettings
 
 CUPTI_DURATION = "cupti__time_duration.sum"
@@ -208,12 +208,8 @@ def flag_host_bound(rows: Sequence[Row]) -> list[Row]:
     out = []
     for r in rows:
         reason = reasons.get((r.Annotation, r.ConfigId, r.Stage))
-        if (
-            reason is not None
-            and r.Metric in (CUPTI_DURATION, CUPTI_LATENCY)
-            and reason not in r.Reasons
-        ):
-            r = r.model_copy(update={"Reasons": [*r.Reasons, reason]})
+        if reason is not None and r.Metric in (CUPTI_DURATION, CUPTI_LATENCY):
+            r = marked(r, reason)
         out.append(r)
     return out
 

@@ -39,6 +39,7 @@ from nsight_core.results import (
     ProfileResult,
     Row,
     iso,
+    marked,
     suspected,
     utc_now,
 )
@@ -216,15 +217,9 @@ def apply_suspects(rows: list[Row], suspects: Sequence[SuspectEvent], evidence: 
     for s in suspects:
         if s.in_process_only and evidence != "in_process":
             continue
-        mark = suspected if s.verdict else _noted
+        mark = suspected if s.verdict else marked
         rows = [mark(r, s.reason) if s.annotation in (None, r.Annotation) else r for r in rows]
     return rows
-
-
-def _noted(row: Row, reason: str) -> Row:
-    if reason in row.Reasons:
-        return row
-    return row.model_copy(update={"Reasons": [*row.Reasons, reason]})
 
 
 def flag_reference_kernels(rows: list[Row], reference: str) -> list[Row]:
@@ -240,7 +235,7 @@ def flag_reference_kernels(rows: list[Row], reference: str) -> list[Row]:
         kernels = ref.get((r.ConfigId, r.Metric))
         if r.Annotation != reference and kernels and set(r.Kernels) == kernels:
             names = ", ".join(sorted(kernels))[:300]
-            r = _noted(
+            r = marked(
                 r,
                 f"launches exactly the reference's kernels ({names}): a fallback to the "
                 "reference, not a new kernel?",
@@ -452,10 +447,10 @@ def assemble_result(
     rows = get_backend(settings.backend).annotate_rows(rows)
     busy = contention(*run.host) if run.host is not None else None
     if busy is not None and ctx.evidence == "in_process":
-        rows = [_noted(r, busy) for r in rows]
+        rows = [marked(r, busy) for r in rows]
     shared = gpu_shared(run.host[1]) if run.host is not None else None
     if shared is not None:  # every backend: another tenant's kernels share the GPU
-        rows = [_noted(r, shared) for r in rows]
+        rows = [marked(r, shared) for r in rows]
     rows = apply_gpu_states(rows, run.events.gpu_states)  # the judge's NVML readings
     if ctx.evidence == "external":
         rows = flag_reference_kernels(rows, request.reference)

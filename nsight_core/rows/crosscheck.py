@@ -51,7 +51,14 @@ from nsight_core.collectors.cupti_samples import (
     host_bound_reason,
 )
 from nsight_core.request import DEFAULT_METRIC
-from nsight_core.results import Comparison, CrossCheckValue, ProfileResult, Row, suspected
+from nsight_core.results import (
+    Comparison,
+    CrossCheckValue,
+    ProfileResult,
+    Row,
+    marked,
+    suspected,
+)
 from nsight_core.rows.stats import ns_per
 
 KERNEL_TIME_BELOW_PCT = 25.0
@@ -165,12 +172,6 @@ def _interval(c: Comparison) -> str:
     return f"[{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "[no CI]"
 
 
-def _noted(row: Row, reason: str) -> Row:
-    return (
-        row if reason in row.Reasons else row.model_copy(update={"Reasons": [*row.Reasons, reason]})
-    )
-
-
 def _by_key(rows: Sequence[Row], metric: str) -> dict[Key, Row]:
     return {(r.Annotation, r.ConfigId): r for r in rows if r.Metric == metric}
 
@@ -219,12 +220,12 @@ def cross_check(
             }
         )
         if key in disagree:
-            r = _noted(r, disagree[key])
+            r = marked(r, disagree[key])
         if key in over_keys:
             r = suspected(r, over_keys[key])
         below = kernel_time_below(other_row, r)
         if below is not None:
-            r = _noted(r, below)
+            r = marked(r, below)
             doubted[key] = below
             flags.append(f"cupti below ncu on {r.Annotation} config {r.ConfigId}")
         device = other_row.MedianValue if other_row.Metric == CUPTI_DURATION else None
@@ -233,7 +234,7 @@ def cross_check(
         latency = s_latency.get(key)
         host = host_bound_reason(device, latency.MedianValue if latency is not None else None)
         if host is not None:
-            r = _noted(r, host)
+            r = marked(r, host)
         rows.append(r)
 
     screen_rows = [_doubted(r, screen_metric, doubted, over_keys) for r in screen.rows]

@@ -25,13 +25,8 @@ from collections.abc import Sequence
 from nsight_core.collectors import get_backend
 from nsight_core.errors import ErrorClass
 from nsight_core.request import DEFAULT_METRIC, BackendFallback, ProfileRequest
-from nsight_core.results import Comparison, ProfileResult, Row, marked
+from nsight_core.results import Comparison, ProfileResult, Row, comparison_noted, marked
 from nsight_core.rows.aggregate import RowContext, RunValue, RunValues, aggregate_rows
-
-
-def _noted(c: Comparison, note: str) -> Comparison:
-    """`results.marked` for a comparison, which has no Trust to keep."""
-    return c if note in c.Reasons else c.model_copy(update={"Reasons": [*c.Reasons, note]})
 
 
 def unmeasured(fallback: BackendFallback) -> list[str]:
@@ -95,7 +90,7 @@ def labelled(
         for i, group in enumerate(dict.fromkeys((r.Annotation, r.ConfigId) for r in noted + extra))
     }
     out = sorted(noted + extra, key=lambda r: order[(r.Annotation, r.ConfigId)])  # stable
-    return out, [_noted(c, _note(fallback, answered, c.Metric)) for c in comparisons]
+    return out, [comparison_noted(c, _note(fallback, answered, c.Metric)) for c in comparisons]
 
 
 def answered_instead(request: ProfileRequest, result: ProfileResult) -> ProfileResult:
