@@ -46,6 +46,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+sys.path[:0] = [str(ROOT / "tools" / "bench")]
+
+import bench_softmax  # noqa: E402  (the bench whose job this probe splits)
 
 CLOCKS = [
     "gpu__time_duration.sum",
@@ -57,9 +60,9 @@ CLOCKS = [
     "launch__grid_size",
     "launch__block_size",
 ]
-BENCH = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed"]
-"""tools/bench/bench_softmax.py's metrics: its job replays each kernel for these only."""
-BENCH_SHAPES = [(4096, 1024), (4096, 4096)]
+BENCH = bench_softmax.METRICS
+"""The bench's metrics: its job replays each kernel for these only."""
+BENCH_SHAPES = bench_softmax.SHAPES
 
 RAW = """
 import sys, nvtx, torch
@@ -156,16 +159,7 @@ def raw(
 
 
 def _request(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "reference": "gpu_softmax_reference.py:torch_softmax",
-        "candidates": ["gpu_softmax.py:triton_softmax"],
-        "inputs": "gpu_softmax_reference.py:make_inputs",
-        "workdir": str(EXAMPLES),
-        "configs": [{"rows": r, "cols": c} for r, c in _shapes(args)],
-        "metrics": _metrics(args),
-        "runs": args.runs,
-        "backend": "ncu",
-    }
+    return bench_softmax.bench_request(_shapes(args), metrics=_metrics(args), runs=args.runs)
 
 
 def ours(work: Path, args: argparse.Namespace) -> tuple[Values, list[str]]:

@@ -34,22 +34,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
+sys.path[:0] = [str(ROOT / "tools" / "bench")]
+
+import bench_softmax  # noqa: E402  (the bench's request is the one profiled on a GPU)
+
 JUDGE_PROCESS = "nsight_core.judge"
 CONFIG_LOOP = "run_config"
 
 
 def _request(backend: str, runs: int, gpu: bool) -> dict[str, Any]:
     if gpu:
-        return {
-            "reference": "gpu_softmax_reference.py:torch_softmax",
-            "candidates": ["gpu_softmax.py:triton_softmax"],
-            "inputs": "gpu_softmax_reference.py:make_inputs",
-            "workdir": str(EXAMPLES),
-            "configs": [{"rows": 4096, "cols": 1024}, {"rows": 4096, "cols": 4096}],
-            "runs": runs,
-            "backend": backend,
-        }
+        return bench_softmax.bench_request(metrics=None, runs=runs, backend=backend)
     from nspy_mcp import demo_kernels as demo
 
     return {

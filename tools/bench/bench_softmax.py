@@ -44,7 +44,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -59,6 +61,31 @@ NAMES = {
     "torch": "gpu_softmax_reference.py:torch_softmax",
     "triton": "gpu_softmax.py:triton_softmax",
 }
+
+
+def bench_request(
+    shapes: Sequence[tuple[int, int]] = SHAPES,
+    *,
+    metrics: Sequence[str] | None = METRICS,
+    runs: int = RUNS,
+    backend: str = "ncu",
+) -> dict[str, Any]:
+    """The bench's request (torch's softmax, the reference, against the Triton one), as
+    the other tools that measure its job send it too (tools/probe_softmax_agreement.py,
+    tools/profile_judge.py); ``metrics`` None leaves the backend's default."""
+    request: dict[str, Any] = {
+        "reference": NAMES["torch"],
+        "candidates": [NAMES["triton"]],
+        "inputs": "gpu_softmax_reference.py:make_inputs",
+        "workdir": str(EXAMPLES),
+        "configs": [{"rows": r, "cols": c} for r, c in shapes],
+        "runs": runs,
+        "backend": backend,
+    }
+    if metrics is not None:
+        request["metrics"] = list(metrics)
+    return request
+
 
 RAW_SCRIPT = """
 import sys, nvtx, torch
@@ -151,17 +178,7 @@ async def _mcp(
         args=["-m", "nspy_mcp", "serve", "--store", store],
         env=dict(os.environ),
     )
-    request = {
-        "reference": NAMES["torch"],
-        "candidates": [NAMES["triton"]],
-        "inputs": "gpu_softmax_reference.py:make_inputs",
-        "workdir": str(EXAMPLES),
-        "configs": [{"rows": r, "cols": c} for r, c in SHAPES],
-        "metrics": METRICS,
-        "runs": RUNS,
-        "backend": "ncu",
-        "wait_s": 600,
-    }
+    request = {**bench_request(), "wait_s": 600}
     walls: list[float] = []
     async with Client(params) as client:
         for i in range(repeats):
